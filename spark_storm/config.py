@@ -1,0 +1,267 @@
+"""Configuration: the packaged defaults, a storm.yaml, and overrides from code.
+
+Every key has its default in ``spark_storm/defaults.yaml`` (shipped in the package,
+read with :mod:`importlib.resources`); nothing in the code carries an inline default.
+A :class:`Config` is an immutable mapping with typed getters whose errors name the key,
+the bad value and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import ipaddress
+import logging
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from spark_storm.errors import ConfigError
+
+__all__ = [
+    "STORM_LOCAL_MODE_ZMQ",
+    "STORM_MESSAGING_TRANSPORT",
+    "Config",
+    "default_config",
+    "is_loopback_host",
+    "load_config",
+]
+
+logger = logging.getLogger(__name__)
+
+STORM_MESSAGING_TRANSPORT: Final = "storm.messaging.transport"
+STORM_MAX_FRAME_BYTES: Final = "storm.messaging.max.frame.bytes"
+STORM_BIND_HOST: Final = "storm.messaging.bind.host"
+STORM_OVERFLOW_POLICY: Final = "storm.messaging.send.overflow.policy"
+STORM_SEND_TIMEOUT_MS: Final = "storm.messaging.send.timeout.ms"
+STORM_SERVER_RECEIVE_QUEUE_SIZE: Final = "storm.messaging.server.receive.queue.size"
+STORM_HANDSHAKE_TIMEOUT_MS: Final = "storm.messaging.handshake.timeout.ms"
+STORM_SERVER_SESSIONS_MAX: Final = "storm.messaging.server.sessions.max"
+STORM_AUTH_SECRET: Final = "storm.messaging.auth.secret"
+STORM_AUTH_SECRET_FILE: Final = "storm.messaging.auth.secret.file"
+STORM_LOCAL_PENDING_MAX: Final = "storm.messaging.local.pending.max.size"
+TCP_BATCH_BYTES: Final = "storm.messaging.tcp.transfer.batch.size"
+TCP_FLUSH_INTERVAL_MS: Final = "storm.messaging.tcp.flush.interval.ms"
+TCP_MIN_WAIT_MS: Final = "storm.messaging.tcp.min_wait_ms"
+TCP_MAX_WAIT_MS: Final = "storm.messaging.tcp.max_wait_ms"
+TCP_MAX_RETRIES: Final = "storm.messaging.tcp.max_retries"
+TCP_HIGH_WATERMARK: Final = "storm.messaging.tcp.buffer.high.watermark"
+TCP_LOW_WATERMARK: Final = "storm.messaging.tcp.buffer.low.watermark"
+TCP_FLUSH_TIMEOUT_MS: Final = "storm.messaging.tcp.flush.timeout.ms"
+TCP_BUFFER_SIZE: Final = "storm.messaging.tcp.buffer_size"
+TCP_BACKLOG: Final = "storm.messaging.tcp.socket.backlog"
+TCP_CONNECT_TIMEOUT_MS: Final = "storm.messaging.tcp.connect.timeout.ms"
+ZMQ_THREADS: Final = "zmq.threads"
+ZMQ_LINGER_MILLIS: Final = "zmq.linger.millis"
+ZMQ_HWM: Final = "zmq.hwm"
+STORM_LOCAL_MODE_ZMQ: Final = "storm.local.mode.zmq"
+ZMQ_IPC_DIR: Final = "storm.messaging.zmq.ipc.dir"
+
+# Namespaces whose every key we own: a key there that is not in defaults.yaml is a typo.
+_OWNED_PREFIXES: Final = (
+    "storm.messaging.tcp.",
+    "storm.messaging.local.",
+    "storm.messaging.auth.",
+    "storm.messaging.server.",
+    "storm.messaging.send.",
+    "storm.messaging.zmq.",
+    "zmq.",
+)
+
+
+@functools.cache
+def _packaged_defaults() -> dict[str, Any]:
+    text = resources.files("spark_storm").joinpath("defaults.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):  # pragma: no cover - the packaged file is ours
+        msg = "spark_storm/defaults.yaml is not a mapping; the package is damaged, reinstall it"
+        raise ConfigError(msg)
+    return data
+
+
+class Config(Mapping[str, Any]):
+    """An immutable, validated configuration (defaults + storm.yaml + overrides).
+
+    Parameters
+    ----------
+    values : Mapping[str, Any]
+        The merged key/value pairs.  Use :func:`load_config` or :meth:`of` to build one.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = dict(values)
+        _check_owned_keys(self._values)
+
+    @classmethod
+    def of(cls, conf: Mapping[str, Any] | None) -> Config:
+        """Return ``conf`` as a Config, filling every missing key from the defaults."""
+        if isinstance(conf, Config):
+            return conf
+        merged = dict(_packaged_defaults())
+        merged.update(conf or {})
+        return cls(merged)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Config:
+        """Return a copy with ``overrides`` applied on top."""
+        merged = dict(self._values)
+        merged.update(overrides)
+        return Config(merged)
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            close = difflib.get_close_matches(key, self._values, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            msg = f"config key {key!r} is not set and has no default{hint}"
+            raise ConfigError(msg) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        shown = {k: ("***" if "secret" in k and v else v) for k, v in self._values.items()}
+        return f"Config({shown!r})"
+
+    # typed getters -------------------------------------------------------------------
+    def get_int(self, key: str, *, minimum: int | None = None) -> int:
+        """Return ``key`` as an int, checking it is at least ``minimum``."""
+        value = self[key]
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                value = int(value)
+            else:
+                msg = f"config key {key!r} must be an integer, got {value!r}"
+                raise ConfigError(msg)
+        if minimum is not None and value < minimum:
+            msg = f"config key {key!r} must be >= {minimum}, got {value}"
+            raise ConfigError(msg)
+        return value
+
+    def get_bool(self, key: str) -> bool:
+        """Return ``key`` as a bool (accepts true/false/yes/no/1/0 strings)."""
+        value = self[key]
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in {"true", "yes", "1", "false", "no", "0"}:
+            return value.strip().lower() in {"true", "yes", "1"}
+        msg = f"config key {key!r} must be true or false, got {value!r}"
+        raise ConfigError(msg)
+
+    def get_str(self, key: str) -> str:
+        """Return ``key`` as a non-empty string."""
+        value = self[key]
+        if not isinstance(value, str) or not value:
+            msg = f"config key {key!r} must be a non-empty string, got {value!r}"
+            raise ConfigError(msg)
+        return value
+
+    def get_optional_str(self, key: str) -> str | None:
+        """Return ``key`` as a string, or None when it is null or empty."""
+        value = self[key]
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            msg = f"config key {key!r} must be a string or null, got {value!r}"
+            raise ConfigError(msg)
+        return value
+
+    def get_choice(self, key: str, choices: tuple[str, ...]) -> str:
+        """Return ``key``, which must be one of ``choices``."""
+        value = self.get_str(key)
+        if value not in choices:
+            msg = f"config key {key!r} must be one of {', '.join(choices)}; got {value!r}"
+            raise ConfigError(msg)
+        return value
+
+    def auth_secret(self) -> bytes | None:
+        """Return the shared secret (inline or from the secret file), or None."""
+        inline = self[STORM_AUTH_SECRET]
+        if inline is not None and inline != "":
+            return str(inline).encode("utf-8")
+        path = self.get_optional_str(STORM_AUTH_SECRET_FILE)
+        if path is None:
+            return None
+        try:
+            secret = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            msg = f"config key {STORM_AUTH_SECRET_FILE!r}: cannot read {path!r}: {exc.strerror}"
+            raise ConfigError(msg) from exc
+        if not secret:
+            msg = f"config key {STORM_AUTH_SECRET_FILE!r}: {path!r} is empty; put the secret in it"
+            raise ConfigError(msg)
+        return secret.encode("utf-8")
+
+
+def _check_owned_keys(values: Mapping[str, Any]) -> None:
+    known = _packaged_defaults()
+    for key in values:
+        if key in known or not isinstance(key, str):
+            continue
+        if key.startswith(_OWNED_PREFIXES):
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            msg = f"unknown config key {key!r}: it is not in spark_storm/defaults.yaml.{hint}"
+            raise ConfigError(msg)
+
+
+def default_config() -> Config:
+    """Return the packaged defaults as a Config."""
+    return Config.of(None)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
+) -> Config:
+    """Build a Config from the defaults, an optional storm.yaml, then ``overrides``.
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        A YAML file of ``key: value`` pairs (Storm's storm.yaml format).
+    overrides : Mapping, optional
+        Values from code; they win over the file.
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read or is not a YAML mapping, or a key is unknown.
+    """
+    merged = dict(_packaged_defaults())
+    if path is not None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            msg = f"cannot read config file {str(path)!r}: {exc.strerror}"
+            raise ConfigError(msg) from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            msg = f"config file {str(path)!r} is not valid YAML: {exc}"
+            raise ConfigError(msg) from exc
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            msg = f"config file {str(path)!r} must hold a mapping of key: value, not {type(data).__name__}"
+            raise ConfigError(msg)
+        merged.update(data)
+    merged.update(overrides or {})
+    return Config(merged)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Return True when ``host`` only accepts connections from this machine."""
+    if host in {"localhost", "ip6-localhost"}:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

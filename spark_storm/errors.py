@@ -1,0 +1,83 @@
+"""The one exception tree of spark-storm.
+
+::
+
+    StormError                          root: ``except StormError`` catches everything we raise
+    +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
+    +-- WireFormatError                 bytes on a connection are not a valid frame stream
+    +-- TransportError                  something went wrong with a context or connection
+        +-- UnknownTransportError       storm.messaging.transport names nothing we can load
+        +-- TransportInitError          the plugin was found but its constructor failed (cause chained)
+        +-- UnsupportedOperationError   a client-only call on a server, or the reverse
+        +-- ConnectionClosedError       *you* closed it (or term()'d the context), then used it
+        +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
+            +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
+        +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+
+"Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
+the network or the peer and is usually worth a retry.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AuthenticationError",
+    "ConfigError",
+    "ConnectionBrokenError",
+    "ConnectionClosedError",
+    "SendTimeoutError",
+    "StormError",
+    "TransportError",
+    "TransportInitError",
+    "UnknownTransportError",
+    "UnsupportedOperationError",
+    "WireFormatError",
+]
+
+
+class StormError(Exception):
+    """Root of every exception raised by spark-storm."""
+
+
+class ConfigError(StormError, ValueError):
+    """A configuration key or option holds a value we cannot use."""
+
+
+class WireFormatError(StormError):
+    """A byte stream is not a valid spark-storm frame stream.
+
+    Raised by the codec; a server that sees it closes that one connection,
+    logs the peer and this message, counts it, and keeps serving the others.
+    """
+
+
+class TransportError(StormError):
+    """Base of errors raised by contexts and connections."""
+
+
+class UnknownTransportError(TransportError):
+    """``storm.messaging.transport`` names no alias, module or class we can load."""
+
+
+class TransportInitError(TransportError):
+    """A transport plugin was found but building its context failed."""
+
+
+class UnsupportedOperationError(TransportError):
+    """The call belongs to the other side of a connection (client vs server)."""
+
+
+class ConnectionClosedError(TransportError):
+    """The connection or its context was closed by this process, then used."""
+
+
+class ConnectionBrokenError(TransportError):
+    """The connection failed under the caller: peer gone or protocol violated."""
+
+
+class AuthenticationError(ConnectionBrokenError):
+    """The peer failed the connection handshake."""
+
+
+class SendTimeoutError(TransportError):
+    """``send`` stayed blocked above the high write watermark past its deadline."""

@@ -1,0 +1,33 @@
+"""Storm's messaging contracts and wire format (the bottom layer; imports nothing above it)."""
+
+from __future__ import annotations
+
+from spark_storm.messaging.api import (
+    RECV_BLOCK,
+    RECV_NOBLOCK,
+    CallbackLike,
+    IConnection,
+    IConnectionCallback,
+    IContext,
+    as_callback,
+)
+from spark_storm.messaging.message import (
+    MAX_TASK_ID,
+    BackpressureStatus,
+    ConnectionStatus,
+    TaskMessage,
+)
+
+__all__ = [
+    "MAX_TASK_ID",
+    "RECV_BLOCK",
+    "RECV_NOBLOCK",
+    "BackpressureStatus",
+    "CallbackLike",
+    "ConnectionStatus",
+    "IConnection",
+    "IConnectionCallback",
+    "IContext",
+    "TaskMessage",
+    "as_callback",
+]

@@ -1,0 +1,283 @@
+"""The messaging contracts: IContext, IConnection, IConnectionCallback.
+
+These are Storm's ``org.apache.storm.messaging`` interfaces with Python names.  A transport
+(``spark_storm.transport.*``) implements :class:`IContext`; the worker uses only these
+types, so transports can be swapped by configuration.
+
+Client versus server
+--------------------
+Storm has one ``IConnection`` for both ends.  We keep that (so code written against Storm
+maps one to one), but a call that belongs to the other end raises
+:class:`~spark_storm.errors.UnsupportedOperationError`, documented per method, never a
+"should not happen":
+
+================================  ======  ======
+call                              client  server
+================================  ======  ======
+send                              yes     no
+send_load_metrics / get_load      yes     yes (each side sends to, and reads from, its peers)
+send_backpressure_status          no      yes (to every connected client)
+backpressure_tasks                yes     no
+register_recv / recv              no      yes
+flush / wait_ready                yes     yes (trivially true on a server)
+================================  ======  ======
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Final, Union
+
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+
+__all__ = [
+    "RECV_BLOCK",
+    "RECV_NOBLOCK",
+    "CallbackLike",
+    "IConnection",
+    "IConnectionCallback",
+    "IContext",
+    "as_callback",
+]
+
+#: ``recv`` flag: block until a message arrives (Storm 0.8: 0).
+RECV_BLOCK: Final = 0
+#: ``recv`` flag: return at once, None when nothing is queued (Storm 0.8: 1).
+RECV_NOBLOCK: Final = 1
+
+
+class IConnectionCallback(abc.ABC):
+    """Receives batches pushed by a server connection (Storm 2.x push receive)."""
+
+    @abc.abstractmethod
+    def recv(self, batch: list[TaskMessage]) -> None:
+        """Handle one batch of messages, in arrival order.
+
+        Called on the transport's receive thread; for one client connection, batches
+        arrive in the order that client sent them.  Blocking here holds back that
+        connection's reads (and so, over TCP, the sender): that is how a full executor
+        queue pushes back on senders.  An exception is logged and counted; the batch is
+        considered delivered.
+
+        Parameters
+        ----------
+        batch : list[TaskMessage]
+            Owned by the callee; the transport keeps no reference.
+        """
+
+
+class _FunctionCallback(IConnectionCallback):
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[list[TaskMessage]], object]) -> None:
+        self._fn = fn
+
+    def recv(self, batch: list[TaskMessage]) -> None:
+        self._fn(batch)
+
+    def __repr__(self) -> str:
+        return f"callback({self._fn!r})"
+
+
+#: A callback object, or any function taking a batch (e.g. ``received.extend``).
+CallbackLike = Union[IConnectionCallback, Callable[[list[TaskMessage]], object]]
+
+
+def as_callback(cb: CallbackLike) -> IConnectionCallback:
+    """Wrap a plain function as an :class:`IConnectionCallback`."""
+    if isinstance(cb, IConnectionCallback):
+        return cb
+    if callable(cb):
+        return _FunctionCallback(cb)
+    msg = f"callback must be an IConnectionCallback or a callable taking a batch, got {cb!r}"
+    raise TypeError(msg)
+
+
+class IConnection(abc.ABC):
+    """One end of a connection: a client (connected) or a server (bound).
+
+    Connections are context managers; ``close()`` is idempotent.
+    """
+
+    @property
+    @abc.abstractmethod
+    def port(self) -> int:
+        """The server's port: bound port on a server (real one when bound to 0), peer port on a client."""
+
+    @property
+    @abc.abstractmethod
+    def status(self) -> ConnectionStatus:
+        """``CONNECTING``, ``READY`` or ``CLOSED`` (Storm's ConnectionWithStatus)."""
+
+    @abc.abstractmethod
+    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
+        """Send one message or a batch to the server, in order.
+
+        Client only.  While the connection is not ready, messages are held in a bounded
+        buffer and sent (in order) once it is.  Above the high write watermark the
+        ``storm.messaging.send.overflow.policy`` applies: ``block`` (default) waits,
+        ``drop`` drops the batch and counts it as lost.
+
+        Raises
+        ------
+        UnsupportedOperationError
+            Called on a server.
+        ConnectionClosedError
+            The connection or its context was closed.
+        SendTimeoutError
+            Blocked longer than ``storm.messaging.send.timeout.ms``.
+        WireFormatError
+            A task id outside 0..32767 (nothing of the batch was sent).
+        """
+
+    @abc.abstractmethod
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        """Tell the peer(s) how loaded these tasks are (0.0 idle .. 1.0 full).
+
+        A server sends to every connected client; a client sends to its server.
+        """
+
+    @abc.abstractmethod
+    def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
+        """Return the latest load the peer(s) reported for ``tasks`` (unknown tasks omitted)."""
+
+    @abc.abstractmethod
+    def send_backpressure_status(self, status: BackpressureStatus) -> None:
+        """Tell every connected client which tasks are (no longer) backpressured.
+
+        Server only (raises :class:`UnsupportedOperationError` on a client).
+        """
+
+    @abc.abstractmethod
+    def backpressure_tasks(self) -> frozenset[int]:
+        """Tasks the server currently reports as backpressured.
+
+        Client only (raises :class:`UnsupportedOperationError` on a server).
+        """
+
+    @abc.abstractmethod
+    def register_recv(self, callback: CallbackLike) -> None:
+        """Push mode: deliver every batch to ``callback`` from now on.
+
+        Server only.  Messages that arrived before registration (queued for ``recv``)
+        are delivered to the callback first, in order.
+        """
+
+    @abc.abstractmethod
+    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
+        """Pull mode (Storm 0.8): take the next message.
+
+        Server only, and only while no callback is registered.
+
+        Parameters
+        ----------
+        flags : int
+            ``RECV_BLOCK`` (0) waits for a message; ``RECV_NOBLOCK`` (1) returns None
+            when nothing is queued.
+
+        Raises
+        ------
+        ConnectionClosedError
+            The server was closed (also wakes a blocked ``recv``).
+        """
+
+    @abc.abstractmethod
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything sent so far is acknowledged by the server.
+
+        Returns True when it is, False when ``timeout`` (seconds) ran out first.
+        Trivially True on a server.
+        """
+
+    @abc.abstractmethod
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until ``status`` is READY; False on timeout or when closed."""
+
+    @abc.abstractmethod
+    def metrics(self) -> dict[str, Any]:
+        """Counters (Storm's getState): sent, received, lost, pending, reconnects, dest, src, status."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection; idempotent.
+
+        A client first flushes what is pending (bounded by the transport's flush
+        timeout) and logs, with the count, anything it had to drop.
+        """
+
+    def __enter__(self) -> IConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class IContext(abc.ABC):
+    """A transport: makes server and client connections (Storm's ``IContext``).
+
+    Build one with :func:`spark_storm.transport.make_context` (chosen by config) or
+    ``Context.from_conf(conf)``.  A context owns its threads and sockets; ``term()``
+    closes every connection it made and must not hang.
+    """
+
+    #: Registry alias ("local", "tcp", ...); informative.
+    alias: str = ""
+    #: Whether connections can cross process boundaries (and therefore authenticate).
+    crosses_processes: bool = True
+
+    @classmethod
+    @abc.abstractmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> IContext:
+        """Build a context from a config mapping (missing keys take the defaults)."""
+
+    def prepare(self, conf: Mapping[str, Any]) -> None:
+        """Storm compatibility: contexts are fully configured by ``from_conf``.
+
+        Calling it again with another config is not supported.
+        """
+
+    @abc.abstractmethod
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+        """Bind a server connection for ``topology_id`` on ``port`` (0 = any free port).
+
+        Parameters
+        ----------
+        topology_id : str
+            Clients for another topology are refused in the handshake.
+        port : int
+            Port to listen on; 0 picks a free one, readable from ``.port``.
+        callback : CallbackLike, optional
+            Push receive from the first byte: nothing can arrive before it is set.
+            Without it, messages queue (bounded) for ``recv`` or a later ``register_recv``.
+        """
+
+    @abc.abstractmethod
+    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+        """Return a new client connection to ``host:port``.
+
+        Returns at once: connecting (and reconnecting) happens in the background;
+        ``status`` and ``wait_ready`` tell when it is ready.  Every call returns a new
+        connection.
+        """
+
+    @abc.abstractmethod
+    def term(self) -> None:
+        """Close every connection of this context and release its resources; idempotent."""
+
+    def __enter__(self) -> IContext:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.term()

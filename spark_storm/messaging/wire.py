@@ -1,0 +1,518 @@
+"""The wire format: the one module that encodes and decodes frames.
+
+Every frame is ``int16 code | int32 length | body[length]``, big-endian, like Storm's
+Netty ``MessageBatch`` (``task short(2) | len int(4) | payload``).  A code >= 0 is a data
+frame for that task id; negative codes are control frames (Storm's values where Storm has
+one).  Unlike Storm, control frames also carry a length, so a decoder finds frame
+boundaries without knowing the code.  docs/protocol.md documents each body byte by byte.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final, Union
+
+from spark_storm.errors import WireFormatError
+from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, TaskMessage
+
+__all__ = [
+    "HEADER_SIZE",
+    "MAGIC",
+    "PROTOCOL_VERSION",
+    "Auth",
+    "BatchAck",
+    "BatchCommit",
+    "BatchHeader",
+    "Challenge",
+    "Close",
+    "ControlFrame",
+    "Eob",
+    "Failure",
+    "FrameDecoder",
+    "Hello",
+    "LoadMetrics",
+    "Ok",
+    "Receipt",
+    "Seq",
+    "check_messages",
+    "encode_control",
+    "encode_messages",
+]
+
+MAGIC: Final = b"STRM"
+PROTOCOL_VERSION: Final = 1
+NONCE_SIZE: Final = 16
+SESSION_ID_SIZE: Final = 16
+
+HEADER: Final = struct.Struct(">hi")
+HEADER_SIZE: Final = HEADER.size
+
+# Control codes.  Storm's: CLOSE, OK, EOB, FAILURE, load metrics (task -1), backpressure.
+LOAD_METRICS: Final = -1
+CLOSE: Final = -100
+OK: Final = -200
+EOB: Final = -201
+FAILURE: Final = -400
+BACKPRESSURE: Final = -600
+# Ours: handshake, transport sequencing, and the Spark delivery protocol.
+HELLO: Final = -700
+CHALLENGE: Final = -701
+AUTH: Final = -702
+SEQ: Final = -710
+RECEIPT: Final = -711
+BATCH_HEADER: Final = -800
+BATCH_ACK: Final = -801
+BATCH_COMMIT: Final = -802
+
+_LOAD_ENTRY: Final = struct.Struct(">hd")
+_HELLO_FIXED: Final = struct.Struct(">4sBB16s16sH")
+_CHALLENGE: Final = struct.Struct(">4sBB16s")
+_OK_FIXED: Final = struct.Struct(">qB")
+_SEQ: Final = struct.Struct(">qi")
+_RECEIPT: Final = struct.Struct(">q")
+_BATCH_HEADER: Final = struct.Struct(">qiqi")
+_BATCH_ACK: Final = struct.Struct(">qiqB")
+_BATCH_COMMIT: Final = struct.Struct(">q")
+_U16: Final = struct.Struct(">H")
+_TASK16: Final = struct.Struct(">h")
+
+
+@dataclass(frozen=True)
+class LoadMetrics:
+    """Task load figures, 0.0 (idle) to 1.0 (queue full); Storm's ``LoadMetricsServerMessage``."""
+
+    loads: dict[int, float]
+
+
+@dataclass(frozen=True)
+class Close:
+    """The peer is closing on purpose; Storm's CLOSE_MESSAGE."""
+
+
+@dataclass(frozen=True)
+class Eob:
+    """End of batch; Storm's EOB_MESSAGE (accepted and ignored by our servers)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The peer refuses something; the reason is for the log."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Hello:
+    """First client frame: who I am, which topology, my nonce."""
+
+    version: int
+    topology_id: str
+    session_id: bytes
+    nonce: bytes
+    magic: bytes = MAGIC
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """Server's answer to HELLO: its version, whether it wants auth, its nonce."""
+
+    version: int
+    auth_required: bool
+    nonce: bytes
+    magic: bytes = MAGIC
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Client's proof of the shared secret (empty when auth is off)."""
+
+    mac: bytes
+
+
+@dataclass(frozen=True)
+class Ok:
+    """Handshake accepted: the server's own proof, and the last sequence it delivered."""
+
+    mac: bytes
+    resume_after: int
+
+
+@dataclass(frozen=True)
+class Seq:
+    """The next ``count`` data frames carry sequence numbers ``first .. first+count-1``."""
+
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """Everything up to and including sequence ``seq`` reached the server's receiver."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """The next ``count`` data frames belong to (query, batch, partition), in order ``sequence``."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    sequence: int
+    count: int
+
+
+@dataclass(frozen=True)
+class BatchAck:
+    """A worker accepted (status 1) or processed (status 2) one batch-header group."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    sequence: int
+    status: int
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """The driver committed ``batch_id`` of ``query_id``: its dedupe state may be forgotten."""
+
+    query_id: str
+    batch_id: int
+
+
+ControlFrame = Union[
+    LoadMetrics,
+    Close,
+    Eob,
+    Failure,
+    BackpressureStatus,
+    Hello,
+    Challenge,
+    Auth,
+    Ok,
+    Seq,
+    Receipt,
+    BatchHeader,
+    BatchAck,
+    BatchCommit,
+]
+#: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
+Decoded = Union[list[TaskMessage], ControlFrame]
+
+
+# --------------------------------------------------------------------------- encoding
+def encode_messages(messages: Iterable[TaskMessage]) -> bytes:
+    """Encode data frames back to back.
+
+    Raises
+    ------
+    WireFormatError
+        A task id does not fit the int16 task field (0..32767), or a payload is not bytes.
+    """
+    pack = HEADER.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for task, payload in messages:
+        if not 0 <= task <= MAX_TASK_ID:
+            msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+            raise WireFormatError(msg)
+        if type(payload) is not bytes:
+            if not isinstance(payload, (bytes, bytearray, memoryview)):
+                msg = f"payload for task {task} must be bytes, got {type(payload).__name__}"
+                raise WireFormatError(msg)
+            payload = bytes(payload)
+        append(pack(task, len(payload)))
+        append(payload)
+    return b"".join(parts)
+
+
+def check_messages(messages: Iterable[TaskMessage]) -> None:
+    """Check what :func:`encode_messages` checks, without encoding (in-process transports).
+
+    Raises
+    ------
+    WireFormatError
+        A task id outside 0..32767, or a payload that is not bytes.
+    """
+    for task, payload in messages:
+        if not 0 <= task <= MAX_TASK_ID:
+            msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+            raise WireFormatError(msg)
+        if not isinstance(payload, bytes):
+            msg = f"payload for task {task} must be bytes, got {type(payload).__name__}"
+            raise WireFormatError(msg)
+
+
+def _str_field(text: str, what: str) -> bytes:
+    raw = text.encode("utf-8")
+    if len(raw) > 0xFFFF:
+        msg = f"{what} is {len(raw)} bytes in UTF-8; the limit is 65535"
+        raise WireFormatError(msg)
+    return raw
+
+
+def _task_list(tasks: frozenset[int]) -> bytes:
+    for task in tasks:
+        if not 0 <= task <= MAX_TASK_ID:
+            msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+            raise WireFormatError(msg)
+    ordered = sorted(tasks)
+    return _U16.pack(len(ordered)) + struct.pack(f">{len(ordered)}h", *ordered)
+
+
+def _control_body(frame: ControlFrame) -> tuple[int, bytes]:  # noqa: PLR0911 - one branch a code
+    if isinstance(frame, LoadMetrics):
+        for task in frame.loads:
+            if not 0 <= task <= MAX_TASK_ID:
+                msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+                raise WireFormatError(msg)
+        return LOAD_METRICS, b"".join(_LOAD_ENTRY.pack(t, float(v)) for t, v in frame.loads.items())
+    if isinstance(frame, Close):
+        return CLOSE, b""
+    if isinstance(frame, Eob):
+        return EOB, b""
+    if isinstance(frame, Failure):
+        return FAILURE, frame.reason.encode("utf-8")
+    if isinstance(frame, BackpressureStatus):
+        wid = _str_field(frame.worker_id, "worker id")
+        body = _U16.pack(len(wid)) + wid + _task_list(frame.bp_tasks) + _task_list(frame.non_bp_tasks)
+        return BACKPRESSURE, body
+    if isinstance(frame, Hello):
+        topo = _str_field(frame.topology_id, "topology id")
+        fixed = _HELLO_FIXED.pack(frame.magic, frame.version, 0, frame.session_id, frame.nonce, len(topo))
+        return HELLO, fixed + topo
+    if isinstance(frame, Challenge):
+        flags = 1 if frame.auth_required else 0
+        return CHALLENGE, _CHALLENGE.pack(frame.magic, frame.version, flags, frame.nonce)
+    if isinstance(frame, Auth):
+        return AUTH, frame.mac
+    if isinstance(frame, Ok):
+        return OK, _OK_FIXED.pack(frame.resume_after, len(frame.mac)) + frame.mac
+    if isinstance(frame, Seq):
+        return SEQ, _SEQ.pack(frame.first, frame.count)
+    if isinstance(frame, Receipt):
+        return RECEIPT, _RECEIPT.pack(frame.seq)
+    if isinstance(frame, BatchHeader):
+        fixed = _BATCH_HEADER.pack(frame.batch_id, frame.partition, frame.sequence, frame.count)
+        return BATCH_HEADER, fixed + _str_field(frame.query_id, "query id")
+    if isinstance(frame, BatchAck):
+        fixed = _BATCH_ACK.pack(frame.batch_id, frame.partition, frame.sequence, frame.status)
+        return BATCH_ACK, fixed + _str_field(frame.query_id, "query id")
+    if isinstance(frame, BatchCommit):
+        return BATCH_COMMIT, _BATCH_COMMIT.pack(frame.batch_id) + _str_field(frame.query_id, "query id")
+    msg = f"not a control frame: {frame!r}"  # pragma: no cover - the Union is closed
+    raise WireFormatError(msg)
+
+
+def encode_control(frame: ControlFrame) -> bytes:
+    """Encode one control frame (header included)."""
+    code, body = _control_body(frame)
+    return HEADER.pack(code, len(body)) + body
+
+
+# --------------------------------------------------------------------------- decoding
+def _need(body: bytes, size: int, what: str) -> None:
+    if len(body) < size:
+        msg = f"{what} frame body is {len(body)} bytes, needs at least {size}"
+        raise WireFormatError(msg)
+
+
+def _exact(body: bytes, size: int, what: str) -> None:
+    if len(body) != size:
+        msg = f"{what} frame body is {len(body)} bytes, must be {size}"
+        raise WireFormatError(msg)
+
+
+def _utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{what} is not valid UTF-8"
+        raise WireFormatError(msg) from exc
+
+
+def _read_tasks(body: bytes, pos: int, what: str) -> tuple[frozenset[int], int]:
+    _need(body, pos + 2, what)
+    (count,) = _U16.unpack_from(body, pos)
+    pos += 2
+    _need(body, pos + 2 * count, what)
+    tasks = struct.unpack_from(f">{count}h", body, pos)
+    if any(t < 0 for t in tasks):
+        msg = f"{what} frame names a negative task id"
+        raise WireFormatError(msg)
+    return frozenset(tasks), pos + 2 * count
+
+
+def _decode_control(code: int, body: bytes) -> ControlFrame:  # noqa: PLR0911,PLR0912
+    if code == LOAD_METRICS:
+        if len(body) % _LOAD_ENTRY.size:
+            msg = f"load-metrics frame body of {len(body)} bytes is not a multiple of {_LOAD_ENTRY.size}"
+            raise WireFormatError(msg)
+        loads = dict(_LOAD_ENTRY.iter_unpack(body))
+        if any(t < 0 for t in loads):
+            msg = "load-metrics frame names a negative task id"
+            raise WireFormatError(msg)
+        return LoadMetrics(loads)
+    if code == SEQ:
+        _exact(body, _SEQ.size, "SEQ")
+        first, count = _SEQ.unpack(body)
+        if first < 0 or count < 0:
+            msg = f"SEQ frame has negative first={first} or count={count}"
+            raise WireFormatError(msg)
+        return Seq(first, count)
+    if code == RECEIPT:
+        _exact(body, _RECEIPT.size, "RECEIPT")
+        return Receipt(_RECEIPT.unpack(body)[0])
+    if code in (CLOSE, EOB):
+        _exact(body, 0, "CLOSE" if code == CLOSE else "EOB")
+        return Close() if code == CLOSE else Eob()
+    if code == FAILURE:
+        return Failure(body.decode("utf-8", errors="replace"))
+    if code == BACKPRESSURE:
+        _need(body, 2, "backpressure")
+        (wlen,) = _U16.unpack_from(body, 0)
+        _need(body, 2 + wlen, "backpressure")
+        worker = _utf8(body[2 : 2 + wlen], "backpressure worker id")
+        bp, pos = _read_tasks(body, 2 + wlen, "backpressure")
+        non_bp, pos = _read_tasks(body, pos, "backpressure")
+        _exact(body, pos, "backpressure")
+        return BackpressureStatus(worker, bp, non_bp)
+    if code == HELLO:
+        _need(body, _HELLO_FIXED.size, "HELLO")
+        magic, version, _flags, session, nonce, tlen = _HELLO_FIXED.unpack_from(body)
+        if magic != MAGIC:
+            msg = f"bad magic {magic!r} in HELLO (expected {MAGIC!r}): not a spark-storm peer"
+            raise WireFormatError(msg)
+        _exact(body, _HELLO_FIXED.size + tlen, "HELLO")
+        topo = _utf8(body[_HELLO_FIXED.size :], "HELLO topology id")
+        return Hello(version, topo, session, nonce)
+    if code == CHALLENGE:
+        _exact(body, _CHALLENGE.size, "CHALLENGE")
+        magic, version, flags, nonce = _CHALLENGE.unpack(body)
+        if magic != MAGIC:
+            msg = f"bad magic {magic!r} in CHALLENGE (expected {MAGIC!r}): not a spark-storm peer"
+            raise WireFormatError(msg)
+        return Challenge(version, bool(flags & 1), nonce)
+    if code == AUTH:
+        if len(body) not in (0, 32):
+            msg = f"AUTH frame body is {len(body)} bytes, must be 0 or 32"
+            raise WireFormatError(msg)
+        return Auth(body)
+    if code == OK:
+        _need(body, _OK_FIXED.size, "OK")
+        resume, mlen = _OK_FIXED.unpack_from(body)
+        _exact(body, _OK_FIXED.size + mlen, "OK")
+        return Ok(body[_OK_FIXED.size :], resume)
+    if code == BATCH_HEADER:
+        _need(body, _BATCH_HEADER.size, "batch header")
+        batch, part, seq, count = _BATCH_HEADER.unpack_from(body)
+        if count < 0:
+            msg = f"batch header has negative count {count}"
+            raise WireFormatError(msg)
+        return BatchHeader(_utf8(body[_BATCH_HEADER.size :], "query id"), batch, part, seq, count)
+    if code == BATCH_ACK:
+        _need(body, _BATCH_ACK.size, "batch ack")
+        batch, part, seq, status = _BATCH_ACK.unpack_from(body)
+        return BatchAck(_utf8(body[_BATCH_ACK.size :], "query id"), batch, part, seq, status)
+    if code == BATCH_COMMIT:
+        _need(body, _BATCH_COMMIT.size, "batch commit")
+        (batch,) = _BATCH_COMMIT.unpack_from(body)
+        return BatchCommit(_utf8(body[_BATCH_COMMIT.size :], "query id"), batch)
+    msg = f"unknown control code {code}"
+    raise WireFormatError(msg)
+
+
+_KNOWN_CODES: Final = frozenset(
+    {LOAD_METRICS, CLOSE, OK, EOB, FAILURE, BACKPRESSURE, HELLO, CHALLENGE, AUTH, SEQ, RECEIPT,
+     BATCH_HEADER, BATCH_ACK, BATCH_COMMIT}
+)
+
+
+class FrameDecoder:
+    """Incremental decoder: feed it bytes as they arrive, get whole frames back.
+
+    Handles partial reads, many frames per read and frames split across reads.  Data
+    frames come back in runs (``list[TaskMessage]``), with control frames between runs,
+    so receivers handle a run with one call instead of one call per message.
+
+    Parameters
+    ----------
+    max_frame_bytes : int
+        Largest body accepted (``storm.messaging.max.frame.bytes``).
+    """
+
+    __slots__ = ("_max", "_rest")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._max = max_frame_bytes
+        self._rest = b""
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held back waiting for the rest of a frame."""
+        return len(self._rest)
+
+    def feed(self, data: bytes) -> list[Decoded]:
+        """Decode every complete frame in what was buffered plus ``data``.
+
+        Raises
+        ------
+        WireFormatError
+            Unknown control code, a length over the limit or negative, or a bad body.
+            The decoder is unusable afterwards: close the connection.
+        """
+        buf = self._rest + data if self._rest else bytes(data)
+        n = len(buf)
+        pos = 0
+        out: list[Decoded] = []
+        run: list[TaskMessage] = []
+        add = run.append
+        unpack = HEADER.unpack_from
+        new = tuple.__new__
+        message_type = TaskMessage
+        limit = self._max
+        while n - pos >= 6:
+            code, length = unpack(buf, pos)
+            start = pos + 6
+            end = start + length
+            if code >= 0 and 0 <= length <= limit:
+                if end > n:
+                    break
+                add(new(message_type, (code, buf[start:end])))
+                pos = end
+                continue
+            if length < 0 or length > limit:
+                msg = f"frame length {length} (code {code}) is outside 0..{limit} (storm.messaging.max.frame.bytes)"
+                raise WireFormatError(msg)
+            if code not in _KNOWN_CODES:
+                msg = f"unknown control code {code}"
+                raise WireFormatError(msg)
+            if end > n:
+                break
+            frame = _decode_control(code, buf[start:end])
+            if run:
+                out.append(run)
+                run = []
+                add = run.append
+            out.append(frame)
+            pos = end
+        if run:
+            out.append(run)
+        self._rest = buf[pos:] if pos < n else b""
+        return out
+
+    def check_eof(self) -> None:
+        """Call when the stream ended: a half-received frame is a truncated stream.
+
+        Raises
+        ------
+        WireFormatError
+            Bytes of an unfinished frame remain.
+        """
+        if self._rest:
+            msg = f"stream truncated: {len(self._rest)} bytes of an unfinished frame at end of stream"
+            raise WireFormatError(msg)

@@ -1,0 +1,274 @@
+"""What every transport's server and client share: wrong-side errors, the pull queue,
+callback registration, load tables and counters."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
+
+from spark_storm.config import STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
+from spark_storm.errors import ConnectionClosedError, UnsupportedOperationError
+from spark_storm.messaging.api import RECV_BLOCK, RECV_NOBLOCK, CallbackLike, IConnection, as_callback
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+
+__all__ = ["ClientBase", "ServerBase", "as_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]:
+    """Normalise ``send``'s argument (one message or an iterable) to a list."""
+    if isinstance(messages, TaskMessage):
+        return [messages]
+    if isinstance(messages, tuple) and len(messages) == 2 and isinstance(messages[0], int):
+        return [TaskMessage(messages[0], messages[1])]
+    return messages if isinstance(messages, list) else list(messages)
+
+
+class _Side(IConnection):
+    role = "connection"
+
+    def _wrong_side(self, call: str) -> NoReturn:
+        other = "server" if self.role == "client" else "client"
+        msg = (
+            f"{call}() is a {other}-side call but this is a {self.role} connection "
+            f"({self.describe()}); see the table in spark_storm.messaging.api"
+        )
+        raise UnsupportedOperationError(msg)
+
+    def describe(self) -> str:
+        """Short text naming this connection, for logs and errors."""
+        return f"{self.role} port {self.port}"
+
+
+class ServerBase(_Side):
+    """Server-side behaviour common to every transport.
+
+    The transport's receive thread calls :meth:`deliver`; this class routes batches to
+    the registered callback (push) or to a bounded queue for :meth:`recv` (pull).
+    """
+
+    role = "server"
+
+    def __init__(self, conf: Config, topology_id: str, callback: CallbackLike | None) -> None:
+        self.topology_id = topology_id
+        self._capacity = conf.get_int(STORM_SERVER_RECEIVE_QUEUE_SIZE, minimum=1)
+        self._cond = threading.Condition()
+        self._queue: deque[TaskMessage] = deque()
+        self._callback = as_callback(callback) if callback is not None else None
+        self._closed = False
+        self._peer_loads: dict[int, float] = {}
+        self._counters: dict[str, int] = {
+            "received": 0,
+            "duplicates": 0,
+            "callback_errors": 0,
+            "protocol_errors": 0,
+            "auth_failures": 0,
+            "accepted": 0,
+        }
+
+    # --- called by the transport ------------------------------------------------------
+    def deliver(self, batch: list[TaskMessage]) -> None:
+        """Hand one batch to the callback, or queue it for ``recv`` (blocking while full)."""
+        if not batch:
+            return
+        with self._cond:
+            self._counters["received"] += len(batch)
+            callback = self._callback
+            if callback is None:
+                self._enqueue(batch)
+                return
+        self._call(callback, batch)
+
+    def _enqueue(self, batch: list[TaskMessage]) -> None:
+        # Caller holds self._cond.  Blocks the receive thread while the queue is full:
+        # the sender is held back (TCP flow control), nothing is dropped.
+        pos = 0
+        while pos < len(batch):
+            while len(self._queue) >= self._capacity and self._callback is None and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return
+            if self._callback is not None:
+                rest = batch[pos:]
+                self._cond.release()
+                try:
+                    self._call(self._callback, rest)
+                finally:
+                    self._cond.acquire()
+                return
+            room = self._capacity - len(self._queue)
+            self._queue.extend(batch[pos : pos + room])
+            pos += room
+            self._cond.notify_all()
+
+    def _call(self, callback: Any, batch: list[TaskMessage]) -> None:
+        try:
+            callback.recv(batch)
+        except Exception:
+            with self._cond:
+                self._counters["callback_errors"] += 1
+            logger.exception(
+                "receive callback %r raised on a batch of %d messages (%s); the batch counts as delivered",
+                callback, len(batch), self.describe(),
+            )
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name``."""
+        with self._cond:
+            self._counters[name] = self._counters.get(name, 0) + n
+
+    def update_peer_loads(self, loads: Mapping[int, float]) -> None:
+        """Record load metrics a client sent."""
+        with self._cond:
+            self._peer_loads.update(loads)
+
+    def mark_closed(self) -> bool:
+        """Flag closed and wake ``recv``; returns False if it already was."""
+        with self._cond:
+            if self._closed:
+                return False
+            self._closed = True
+            self._cond.notify_all()
+            return True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # --- IConnection ----------------------------------------------------------------
+    def register_recv(self, callback: CallbackLike) -> None:
+        cb = as_callback(callback)
+        with self._cond:
+            if self._closed:
+                msg = f"register_recv on closed {self.describe()}"
+                raise ConnectionClosedError(msg)
+            # Deliver what was queued first, under the lock, so a batch arriving now waits
+            # and lands after it: order is preserved across the switch.
+            while self._queue:
+                backlog = list(self._queue)
+                self._queue.clear()
+                self._call(cb, backlog)
+            self._callback = cb
+            self._cond.notify_all()
+
+    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
+        if flags not in (RECV_BLOCK, RECV_NOBLOCK):
+            msg = f"recv flags must be 0 (block) or 1 (no block), got {flags!r}"
+            raise ValueError(msg)
+        with self._cond:
+            if self._callback is not None:
+                msg = f"recv() on {self.describe()}, which delivers to a callback (push mode)"
+                raise UnsupportedOperationError(msg)
+            while not self._queue:
+                if self._closed:
+                    msg = f"recv() on closed {self.describe()}"
+                    raise ConnectionClosedError(msg)
+                if flags == RECV_NOBLOCK:
+                    return None
+                self._cond.wait()
+            message = self._queue.popleft()
+            self._cond.notify_all()
+            return message
+
+    def recv_batch(self, max_messages: int, timeout: float | None = None) -> list[TaskMessage]:
+        """Pull up to ``max_messages`` at once, waiting up to ``timeout`` s for the first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._queue:
+                if self._closed:
+                    msg = f"recv_batch() on closed {self.describe()}"
+                    raise ConnectionClosedError(msg)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return []
+                self._cond.wait(remaining)
+            n = min(max_messages, len(self._queue))
+            out = [self._queue.popleft() for _ in range(n)]
+            self._cond.notify_all()
+            return out
+
+    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
+        self._wrong_side("send")
+
+    def backpressure_tasks(self) -> frozenset[int]:
+        self._wrong_side("backpressure_tasks")
+
+    def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
+        with self._cond:
+            return {t: self._peer_loads[t] for t in tasks if t in self._peer_loads}
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return True
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return not self._closed
+
+    @property
+    def status(self) -> ConnectionStatus:
+        return ConnectionStatus.CLOSED if self._closed else ConnectionStatus.READY
+
+    def metrics(self) -> dict[str, Any]:
+        with self._cond:
+            out: dict[str, Any] = dict(self._counters)
+            out.update(
+                sent=0,
+                lost=0,
+                reconnects=0,
+                pending=len(self._queue),
+                dest=self.describe(),
+                src=self.topology_id,
+                status=self.status.value,
+            )
+            return out
+
+
+class ClientBase(_Side):
+    """Client-side behaviour common to every transport: wrong-side errors, loads, backpressure."""
+
+    role = "client"
+
+    def __init__(self, topology_id: str, host: str, port: int) -> None:
+        self.topology_id = topology_id
+        self.host = host
+        self._port = port
+        self._state_lock = threading.Lock()
+        self._loads: dict[int, float] = {}
+        self._bp_tasks: frozenset[int] = frozenset()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    def describe(self) -> str:
+        return f"client to {self.host}:{self._port} ({self.topology_id})"
+
+    def update_loads(self, loads: Mapping[int, float]) -> None:
+        """Record load metrics the server sent."""
+        with self._state_lock:
+            self._loads.update(loads)
+
+    def update_backpressure(self, status: BackpressureStatus) -> None:
+        """Apply a backpressure status the server sent."""
+        with self._state_lock:
+            self._bp_tasks = (self._bp_tasks | status.bp_tasks) - status.non_bp_tasks
+
+    def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
+        with self._state_lock:
+            return {t: self._loads[t] for t in tasks if t in self._loads}
+
+    def backpressure_tasks(self) -> frozenset[int]:
+        return self._bp_tasks
+
+    def send_backpressure_status(self, status: BackpressureStatus) -> None:
+        self._wrong_side("send_backpressure_status")
+
+    def register_recv(self, callback: CallbackLike) -> None:
+        self._wrong_side("register_recv")
+
+    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
+        self._wrong_side("recv")

@@ -1,0 +1,445 @@
+"""The session layer shared by the socket transports (tcp, zmq).
+
+It makes a reconnect lose nothing that ``send`` accepted:
+
+* the client numbers data frames (a SEQ frame before each batch) and keeps every batch
+  in a bounded resend buffer until the server's RECEIPT covers it;
+* the buffer is the write watermark: above ``high`` bytes, ``send`` blocks (or drops,
+  per policy) until it drains under ``low``; memory never grows without bound;
+* after a reconnect the server tells (in OK) the last sequence it delivered for this
+  session, the client resends the rest, and the server drops any duplicates.
+
+The classes here are pure protocol state: they never touch a socket.  Transports feed
+them bytes and write what they return.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spark_storm.errors import (
+    AuthenticationError,
+    ConnectionBrokenError,
+    ConnectionClosedError,
+    SendTimeoutError,
+    WireFormatError,
+)
+from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
+from spark_storm.messaging.message import BackpressureStatus, TaskMessage
+from spark_storm.messaging.wire import (
+    Auth,
+    BatchAck,
+    BatchCommit,
+    BatchHeader,
+    Challenge,
+    Close,
+    Eob,
+    Failure,
+    FrameDecoder,
+    Hello,
+    LoadMetrics,
+    Ok,
+    Receipt,
+    Seq,
+    encode_control,
+    encode_messages,
+)
+
+if TYPE_CHECKING:
+    from spark_storm.transport._base import ClientBase, ServerBase
+
+__all__ = ["ClientProtocol", "ClientSession", "ServerPeer", "SessionTable"]
+
+logger = logging.getLogger(__name__)
+
+
+class ClientSession:
+    """Sequencing, the resend buffer and the write watermarks of one client.
+
+    Parameters
+    ----------
+    high, low : int
+        Watermarks in bytes of unacknowledged frames.
+    policy : str
+        "block" or "drop": what ``admit`` does above ``high``.
+    send_timeout_ms : int
+        Longest ``admit`` blocks (-1: until drained or closed).
+    peer : str
+        For log and error messages.
+    """
+
+    def __init__(self, high: int, low: int, policy: str, send_timeout_ms: int, peer: str) -> None:
+        self.session_id = new_session_id()
+        self._high = high
+        self._low = low
+        self._policy = policy
+        self._timeout = None if send_timeout_ms < 0 else send_timeout_ms / 1000
+        self._peer = peer
+        self._cond = threading.Condition()
+        self._next_seq = 0
+        self._acked = -1
+        self._unacked: deque[tuple[int, bytes]] = deque()
+        self._unacked_bytes = 0
+        self._outbox: list[bytes] = []
+        self._outbox_bytes = 0
+        self._closed = False
+        self.sent = 0
+        self.lost = 0
+        self.resent = 0
+        self.blocked = 0
+
+    def admit(self, batch: list[TaskMessage]) -> int:
+        """Number ``batch``, keep it for resend, queue it for writing.
+
+        Returns the bytes now waiting in the outbox (the caller wakes its writer).
+
+        Raises
+        ------
+        WireFormatError
+            A task id out of range; nothing of the batch is admitted.
+        ConnectionClosedError, SendTimeoutError
+            See :meth:`IConnection.send`.
+        """
+        body = encode_messages(batch)  # validates every task id before anything changes
+        count = len(batch)
+        with self._cond:
+            if self._closed:
+                msg = f"send on closed client to {self._peer}"
+                raise ConnectionClosedError(msg)
+            size = len(body) + 18
+            if self._unacked_bytes and self._unacked_bytes + size > self._high:
+                if self._policy == "drop":
+                    self.lost += count
+                    logger.error(
+                        "dropping %d messages for %s: %d bytes unacknowledged is over the high "
+                        "watermark (policy drop)", count, self._peer, self._unacked_bytes,
+                    )
+                    return self._outbox_bytes
+                self._wait_under_low()
+            first = self._next_seq
+            self._next_seq += count
+            chunk = encode_control(Seq(first, count)) + body
+            self._unacked.append((self._next_seq - 1, chunk))
+            self._unacked_bytes += len(chunk)
+            self._outbox.append(chunk)
+            self._outbox_bytes += len(chunk)
+            self.sent += count
+            return self._outbox_bytes
+
+    def _wait_under_low(self) -> None:
+        self.blocked += 1
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while self._unacked_bytes > self._low and not self._closed:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                msg = (
+                    f"send to {self._peer} blocked {self._timeout:.3f}s above the high watermark "
+                    f"({self._unacked_bytes} bytes unacknowledged); the server is slow or gone"
+                )
+                raise SendTimeoutError(msg)
+            self._cond.wait(remaining)
+        if self._closed:
+            msg = f"client to {self._peer} closed while send() waited for the server to catch up"
+            raise ConnectionClosedError(msg)
+
+    def take_outbox(self) -> list[bytes]:
+        """Take every chunk waiting to be written."""
+        with self._cond:
+            out, self._outbox = self._outbox, []
+            self._outbox_bytes = 0
+            return out
+
+    def on_receipt(self, seq: int) -> None:
+        """The server delivered everything up to ``seq``: free it from the resend buffer."""
+        with self._cond:
+            if seq <= self._acked:
+                return
+            self._acked = seq
+            while self._unacked and self._unacked[0][0] <= seq:
+                _, chunk = self._unacked.popleft()
+                self._unacked_bytes -= len(chunk)
+            self._cond.notify_all()
+
+    def replay(self, resume_after: int) -> None:
+        """After a (re)handshake: queue again everything the server did not deliver."""
+        with self._cond:
+            if resume_after >= self._next_seq:
+                msg = (
+                    f"server {self._peer} claims sequence {resume_after} but this session only "
+                    f"sent up to {self._next_seq - 1}: another client shares the session id"
+                )
+                raise ConnectionBrokenError(msg)
+        self.on_receipt(resume_after)
+        with self._cond:
+            chunks = [chunk for _, chunk in self._unacked]
+            if len(chunks) and self._next_seq > 0 and self._acked < self._next_seq - 1:
+                self.resent += self._next_seq - 1 - self._acked
+            self._outbox = chunks
+            self._outbox_bytes = sum(len(c) for c in chunks)
+
+    @property
+    def pending(self) -> int:
+        """Messages sent but not yet acknowledged by the server."""
+        return self._next_seq - 1 - self._acked
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._unacked_bytes
+
+    def wait_acked(self, timeout: float | None) -> bool:
+        """Wait until the server acknowledged everything admitted so far."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._next_seq - 1
+            while self._acked < target and not self._closed:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining if remaining is None else min(remaining, 0.5))
+            return self._acked >= target
+
+    def close(self) -> int:
+        """Refuse further sends; return how many messages are still unacknowledged (lost)."""
+        with self._cond:
+            self._closed = True
+            lost = self._next_seq - 1 - self._acked
+            self.lost += lost
+            self._cond.notify_all()
+            return lost
+
+
+class SessionTable:
+    """Last delivered sequence per client session, remembered across reconnects (LRU-bounded)."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self._max = max_sessions
+        self._last: OrderedDict[bytes, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def last(self, session_id: bytes) -> int:
+        with self._lock:
+            value = self._last.get(session_id, -1)
+            if session_id in self._last:
+                self._last.move_to_end(session_id)
+            return value
+
+    def advance(self, session_id: bytes, seq: int) -> None:
+        with self._lock:
+            self._last[session_id] = seq
+            self._last.move_to_end(session_id)
+            while len(self._last) > self._max:
+                self._last.popitem(last=False)
+
+    def forget(self, session_id: bytes) -> None:
+        with self._lock:
+            self._last.pop(session_id, None)
+
+
+#: A hook for frames of the delivery protocol (issue: Spark integration); receives the
+#: frame and a function that writes a reply frame to the same peer.
+ControlHook = Callable[[object, Callable[[object], None]], None]
+
+
+class ServerPeer:
+    """One client as seen by a server: handshake, decoding, sequencing, dedupe.
+
+    Parameters
+    ----------
+    server : ServerBase
+        Where batches are delivered and counters kept.
+    sessions : SessionTable
+        The server's dedupe table.
+    secret : bytes or None
+        Shared secret; None turns auth off.
+    peer : str
+        ``host:port`` of the client, for logs.
+    max_frame_bytes : int
+        Decoder limit.
+    """
+
+    def __init__(
+        self,
+        server: ServerBase,
+        sessions: SessionTable,
+        secret: bytes | None,
+        peer: str,
+        max_frame_bytes: int,
+    ) -> None:
+        self.server = server
+        self.peer = peer
+        self._sessions = sessions
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._handshake = ServerHandshake(server.topology_id, secret, peer)
+        self.ready = False
+        self.closed_by_peer = False
+        self.session_id = b""
+        self._next = 0
+        self._remaining = 0
+        self._delivered_upto = -1
+
+    def on_bytes(self, data: bytes) -> list[bytes]:
+        """Process bytes from the client; return encoded frames to write back.
+
+        Raises
+        ------
+        WireFormatError, AuthenticationError
+            The caller closes this connection (after writing the FAILURE it is given by
+            :meth:`failure_frame`), logs and counts it.
+        """
+        replies: list[bytes] = []
+        delivered = False
+        for item in self._decoder.feed(data):
+            if type(item) is list:
+                self._data(item)
+                delivered = True
+            else:
+                self._control(item, replies)
+        if delivered:
+            last = self._delivered_upto
+            self._sessions.advance(self.session_id, last)
+            replies.append(encode_control(Receipt(last)))
+        return replies
+
+    def _data(self, run: list[TaskMessage]) -> None:
+        if not self.ready:
+            msg = f"client {self.peer} sent data before completing the handshake"
+            raise WireFormatError(msg)
+        if len(run) > self._remaining:
+            msg = f"client {self.peer} sent {len(run)} data frames where its SEQ announced {self._remaining}"
+            raise WireFormatError(msg)
+        first = self._next
+        self._next += len(run)
+        self._remaining -= len(run)
+        skip = self._delivered_upto - first + 1
+        if skip > 0:
+            self.server.count("duplicates", min(skip, len(run)))
+            run = run[skip:]
+        if run:
+            self.server.deliver(run)
+            self._delivered_upto = self._next - 1
+
+    def _control(self, frame: object, replies: list[bytes]) -> None:
+        if isinstance(frame, Hello):
+            if self.ready:
+                msg = f"client {self.peer} sent HELLO twice"
+                raise WireFormatError(msg)
+            replies.append(encode_control(self._handshake.on_hello(frame)))
+            return
+        if isinstance(frame, Auth):
+            hello = self._handshake.hello
+            if hello is None:
+                msg = f"client {self.peer} sent AUTH before HELLO"
+                raise WireFormatError(msg)
+            resume = self._sessions.last(hello.session_id)
+            ok = self._handshake.on_auth(frame, resume)
+            self.session_id = hello.session_id
+            self._delivered_upto = resume
+            self.ready = True
+            replies.append(encode_control(ok))
+            return
+        if not self.ready:
+            msg = f"client {self.peer} sent {type(frame).__name__} before completing the handshake"
+            raise WireFormatError(msg)
+        if isinstance(frame, Seq):
+            if self._remaining:
+                msg = f"client {self.peer} started a SEQ while {self._remaining} frames were still due"
+                raise WireFormatError(msg)
+            self._next = frame.first
+            self._remaining = frame.count
+        elif isinstance(frame, LoadMetrics):
+            self.server.update_peer_loads(frame.loads)
+        elif isinstance(frame, Close):
+            self.closed_by_peer = True
+            self._sessions.forget(self.session_id)
+        elif isinstance(frame, Eob):
+            pass
+        elif isinstance(frame, (BatchHeader, BatchAck, BatchCommit)):
+            # The delivery protocol of the Spark integration; servers of this layer accept
+            # and ignore it so newer clients can talk to them.
+            logger.debug("ignoring %r from %s", frame, self.peer)
+        else:
+            msg = f"client {self.peer} sent unexpected {type(frame).__name__}"
+            raise WireFormatError(msg)
+
+    def check_eof(self) -> None:
+        """The client hung up: a half-received frame means a truncated stream."""
+        self._decoder.check_eof()
+
+    @staticmethod
+    def failure_frame(reason: str) -> bytes:
+        return encode_control(Failure(reason))
+
+
+class ClientProtocol:
+    """A client's view of one connection attempt: handshake, then control frames.
+
+    A new instance is made for every (re)connect; the :class:`ClientSession` outlives it.
+    """
+
+    def __init__(
+        self,
+        client: ClientBase,
+        session: ClientSession,
+        secret: bytes | None,
+        peer: str,
+        max_frame_bytes: int,
+    ) -> None:
+        self._client = client
+        self._session = session
+        self._peer = peer
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._handshake = ClientHandshake(client.topology_id, session.session_id, secret, peer)
+        self.ready = False
+
+    def hello(self) -> bytes:
+        return encode_control(self._handshake.hello())
+
+    def on_bytes(self, data: bytes) -> list[bytes]:
+        """Process bytes from the server; return frames to write back.
+
+        Raises
+        ------
+        AuthenticationError
+            The server refused us, or failed to prove the secret.
+        ConnectionBrokenError
+            The server sent FAILURE or CLOSE (a reconnect may help).
+        WireFormatError
+            The server sent garbage.
+        """
+        replies: list[bytes] = []
+        for item in self._decoder.feed(data):
+            if type(item) is list:
+                msg = f"server {self._peer} sent data frames to a client"
+                raise WireFormatError(msg)
+            if isinstance(item, Receipt):
+                self._session.on_receipt(item.seq)
+            elif isinstance(item, LoadMetrics):
+                self._client.update_loads(item.loads)
+            elif isinstance(item, BackpressureStatus):
+                self._client.update_backpressure(item)
+            elif isinstance(item, Challenge):
+                replies.append(encode_control(self._handshake.on_challenge(item)))
+            elif isinstance(item, Ok):
+                resume = self._handshake.on_ok(item)
+                self._session.replay(resume)
+                self.ready = True
+            elif isinstance(item, Failure):
+                if not self.ready:
+                    msg = f"server {self._peer} refused the handshake: {item.reason}"
+                    raise AuthenticationError(msg)
+                msg = f"server {self._peer} reported failure: {item.reason}"
+                raise ConnectionBrokenError(msg)
+            elif isinstance(item, Close):
+                msg = f"server {self._peer} is closing"
+                raise ConnectionBrokenError(msg)
+            elif isinstance(item, (Eob, BatchAck)):
+                logger.debug("ignoring %r from %s", item, self._peer)
+            else:
+                msg = f"server {self._peer} sent unexpected {type(item).__name__}"
+                raise WireFormatError(msg)
+        return replies
