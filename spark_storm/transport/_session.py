@@ -93,10 +93,11 @@ class ClientSession:
         self.resent = 0
         self.blocked = 0
 
-    def admit(self, batch: list[TaskMessage]) -> int:
+    def admit(self, batch: list[TaskMessage]) -> tuple[int, bool]:
         """Number ``batch``, keep it for resend, queue it for writing.
 
-        Returns the bytes now waiting in the outbox (the caller wakes its writer).
+        Returns the bytes now waiting in the outbox and whether it was empty before
+        (either is the caller's cue to wake its writer).
 
         Raises
         ------
@@ -119,17 +120,18 @@ class ClientSession:
                         "dropping %d messages for %s: %d bytes unacknowledged is over the high "
                         "watermark (policy drop)", count, self._peer, self._unacked_bytes,
                     )
-                    return self._outbox_bytes
+                    return self._outbox_bytes, False
                 self._wait_under_low()
             first = self._next_seq
             self._next_seq += count
             chunk = encode_control(Seq(first, count)) + body
             self._unacked.append((self._next_seq - 1, chunk))
             self._unacked_bytes += len(chunk)
+            was_empty = not self._outbox
             self._outbox.append(chunk)
             self._outbox_bytes += len(chunk)
             self.sent += count
-            return self._outbox_bytes
+            return self._outbox_bytes, was_empty
 
     def _wait_under_low(self) -> None:
         self.blocked += 1
@@ -181,6 +183,11 @@ class ClientSession:
                 self.resent += self._next_seq - 1 - self._acked
             self._outbox = chunks
             self._outbox_bytes = sum(len(c) for c in chunks)
+
+    @property
+    def outbox_bytes(self) -> int:
+        """Bytes admitted but not yet taken by the writer."""
+        return self._outbox_bytes
 
     @property
     def pending(self) -> int:
