@@ -1,0 +1,587 @@
+"""ZeroMQ transport (Storm 0.8's zmq messaging), on pyzmq.
+
+Features
+--------
+* Client DEALER -> server ROUTER for data (Storm 0.8 used PUSH/PULL); the ROUTER's
+  return path carries the handshake, receipts, load metrics and backpressure to each
+  client by its routing id.
+* The same session layer as tcp: handshake with optional HMAC auth, sequenced batches,
+  a bounded resend buffer replayed after the server restarts, duplicates dropped.
+* ``zmq.threads``, ``zmq.linger.millis`` and ``zmq.hwm`` from config; ``ipc://`` sockets
+  when ``storm.local.mode.zmq`` is true.
+
+Each socket is used by exactly one thread (its I/O thread); other threads reach it
+through a deque and a wake-up socketpair that the zmq poller watches.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import tempfile
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from spark_storm.config import (
+    STORM_BIND_HOST,
+    STORM_HANDSHAKE_TIMEOUT_MS,
+    STORM_LOCAL_MODE_ZMQ,
+    STORM_MAX_FRAME_BYTES,
+    STORM_OVERFLOW_POLICY,
+    STORM_SEND_TIMEOUT_MS,
+    STORM_SERVER_SESSIONS_MAX,
+    TCP_FLUSH_TIMEOUT_MS,
+    TCP_HIGH_WATERMARK,
+    TCP_LOW_WATERMARK,
+    TCP_MAX_WAIT_MS,
+    TCP_MIN_WAIT_MS,
+    ZMQ_HWM,
+    ZMQ_IPC_DIR,
+    ZMQ_LINGER_MILLIS,
+    ZMQ_THREADS,
+    Config,
+    is_loopback_host,
+)
+from spark_storm.errors import (
+    AuthenticationError,
+    ConnectionBrokenError,
+    ConnectionClosedError,
+    TransportError,
+    WireFormatError,
+)
+from spark_storm.messaging.api import CallbackLike, IConnection, IContext
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
+from spark_storm.transport._backoff import Backoff
+from spark_storm.transport._base import ClientBase, ServerBase, as_batch
+from spark_storm.transport._session import ClientProtocol, ClientSession, ServerPeer, SessionTable
+
+__all__ = ["Context"]
+
+logger = logging.getLogger(__name__)
+
+_JOIN_TIMEOUT_S = 5.0
+_MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+
+
+def _wake_pair() -> tuple[socket.socket, socket.socket]:
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    return reader, writer
+
+
+def _poke(writer: socket.socket) -> None:
+    try:
+        writer.send(b"\0")
+    except OSError:
+        pass  # a wake byte is already pending, or we are shutting down
+
+
+def _drain(reader: socket.socket) -> None:
+    try:
+        while reader.recv(4096):
+            pass
+    except OSError:
+        return
+
+
+class ZmqServer(ServerBase):
+    """A ROUTER socket and the I/O thread that serves its clients."""
+
+    def __init__(
+        self, context: Context, topology_id: str, port: int, callback: CallbackLike | None
+    ) -> None:
+        conf = context.conf
+        super().__init__(conf, topology_id, callback)
+        self._context = context
+        self._secret = conf.auth_secret()
+        self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
+        self._sessions = SessionTable(conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1))
+        self._max_peers = conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1)
+        self._peers: OrderedDict[bytes, ServerPeer] = OrderedDict()
+        sock = context.zmq.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, context.linger_ms)
+        sock.setsockopt(zmq.RCVHWM, context.hwm)
+        sock.setsockopt(zmq.SNDHWM, context.hwm)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        try:
+            self._endpoint, self._port = context.bind_socket(sock, topology_id, port)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            msg = f"cannot bind {topology_id} on port {port}: {exc}"
+            raise TransportError(msg) from exc
+        self._sock = sock
+        self._commands: deque[bytes] = deque()
+        self._wake_r, self._wake_w = _wake_pair()
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True
+        )
+        self._thread.start()
+        logger.info("zmq server for %s bound at %s", topology_id, self._endpoint)
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    def describe(self) -> str:
+        return f"zmq server {self.topology_id}@{self._endpoint}"
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        try:
+            while not self.closed:
+                events = dict(poller.poll(500))
+                if self._wake_r.fileno() in events:
+                    _drain(self._wake_r)
+                    self._broadcast()
+                if self._sock in events:
+                    for _ in range(256):  # bounded, so commands and close are not starved
+                        try:
+                            ident, payload = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
+                        except zmq.Again:
+                            break
+                        except ValueError:
+                            self.count("protocol_errors")
+                            continue
+                        self._on_message(ident, payload)
+        except zmq.ContextTerminated:
+            pass
+        except Exception:
+            logger.exception("%s: I/O thread failed; closing the server", self.describe())
+        finally:
+            self._sock.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _on_message(self, ident: bytes, payload: bytes) -> None:
+        peer = self._peers.get(ident)
+        label = f"zmq peer {ident.hex()[:8]}"
+        if peer is None:
+            peer = ServerPeer(self, self._sessions, self._secret, label, self._max_frame)
+            self._peers[ident] = peer
+            self.count("accepted")
+            while len(self._peers) > self._max_peers:
+                self._peers.popitem(last=False)
+        try:
+            replies = peer.on_bytes(payload)
+            peer.check_eof()  # a zmq message holds whole frames; leftovers mean truncation
+        except (AuthenticationError, WireFormatError) as exc:
+            self.count("auth_failures" if isinstance(exc, AuthenticationError) else "protocol_errors")
+            logger.warning("%s: refusing %s: %s", self.describe(), label, exc)
+            self._peers.pop(ident, None)
+            self._reply(ident, ServerPeer.failure_frame(str(exc)))
+            return
+        if peer.closed_by_peer:
+            self._peers.pop(ident, None)
+        if replies:
+            self._reply(ident, b"".join(replies))
+
+    def _reply(self, ident: bytes, data: bytes) -> None:
+        try:
+            self._sock.send_multipart([ident, data], zmq.NOBLOCK)
+        except zmq.Again:
+            logger.warning("%s: reply to a client dropped: its queue is full (zmq.hwm)", self.describe())
+
+    def _broadcast(self) -> None:
+        while self._commands:
+            frame = self._commands.popleft()
+            for ident, peer in list(self._peers.items()):
+                if peer.ready:
+                    self._reply(ident, frame)
+
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        self._command(encode_control(LoadMetrics(dict(loads))))
+
+    def send_backpressure_status(self, status: BackpressureStatus) -> None:
+        self._command(encode_control(status))
+
+    def _command(self, frame: bytes) -> None:
+        if self.closed:
+            msg = f"{self.describe()} is closed"
+            raise ConnectionClosedError(msg)
+        self._commands.append(frame)
+        _poke(self._wake_w)
+
+    def metrics(self) -> dict[str, Any]:
+        out = super().metrics()
+        out["clients"] = sum(1 for p in list(self._peers.values()) if p.ready)
+        return out
+
+    def close(self) -> None:
+        if not self.mark_closed():
+            return
+        _poke(self._wake_w)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(_JOIN_TIMEOUT_S)
+        self._context.forget(self)
+        logger.info("closed %s", self.describe())
+
+
+class ZmqClient(ClientBase):
+    """A DEALER socket with its own I/O thread; zmq reconnects, we re-handshake and resend."""
+
+    def __init__(self, context: Context, topology_id: str, host: str, port: int) -> None:
+        super().__init__(topology_id, host, port)
+        conf = context.conf
+        self._context = context
+        self._endpoint = context.endpoint_for(topology_id, host, port)
+        self._peer = self._endpoint
+        self._session = ClientSession(
+            conf.get_int(TCP_HIGH_WATERMARK, minimum=1),
+            conf.get_int(TCP_LOW_WATERMARK, minimum=0),
+            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
+            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
+            self._peer,
+        )
+        self._secret = conf.auth_secret()
+        self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
+        self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
+        self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
+        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
+        self._status = ConnectionStatus.CONNECTING
+        self._status_cond = threading.Condition()
+        self._closing = threading.Event()
+        self._control_out: deque[bytes] = deque()
+        self._wake_r, self._wake_w = _wake_pair()
+        self._wake_pending = False
+        self._reconnects = 0
+        self._connects = 0
+        self._received = 0
+        self.last_error: str | None = None
+        sock = context.zmq.socket(zmq.DEALER)
+        # Routing ids must not start with a zero byte (reserved by libzmq).
+        sock.setsockopt(zmq.ROUTING_ID, b"S" + self._session.session_id)
+        sock.setsockopt(zmq.LINGER, context.linger_ms)
+        sock.setsockopt(zmq.SNDHWM, context.hwm)
+        sock.setsockopt(zmq.RCVHWM, context.hwm)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        sock.setsockopt(zmq.RECONNECT_IVL, max(1, self._backoff.min_ms))
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(1, self._backoff.max_ms))
+        self._monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
+        sock.connect(self._endpoint)
+        self._sock = sock
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark-storm-zmq-client-{self._endpoint}", daemon=True
+        )
+        self._thread.start()
+
+    def describe(self) -> str:
+        return f"zmq client to {self._endpoint} ({self.topology_id})"
+
+    @property
+    def status(self) -> ConnectionStatus:
+        return self._status
+
+    def _set_status(self, status: ConnectionStatus) -> None:
+        with self._status_cond:
+            self._status = status
+            self._status_cond.notify_all()
+
+    # --- caller threads -------------------------------------------------------------
+    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
+        batch = as_batch(messages)
+        if not batch:
+            return
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"send on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        _, was_empty = self._session.admit(batch)
+        if was_empty and not self._wake_pending:
+            self._wake_pending = True
+            _poke(self._wake_w)
+
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"send_load_metrics on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        self._control_out.append(encode_control(LoadMetrics(dict(loads))))
+        _poke(self._wake_w)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        _poke(self._wake_w)
+        return self._session.wait_acked(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._status_cond:
+            while self._status is ConnectionStatus.CONNECTING:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._status_cond.wait(remaining)
+            return self._status is ConnectionStatus.READY
+
+    def metrics(self) -> dict[str, Any]:
+        s = self._session
+        return {
+            "sent": s.sent,
+            "received": self._received,
+            "lost": s.lost,
+            "pending": s.pending,
+            "pending_bytes": s.pending_bytes,
+            "resent": s.resent,
+            "blocked": s.blocked,
+            "reconnects": self._reconnects,
+            "dest": self._endpoint,
+            "src": self.topology_id,
+            "status": self._status.value,
+            "last_error": self.last_error,
+        }
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        _poke(self._wake_w)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(self._flush_timeout + _JOIN_TIMEOUT_S)
+        self._context.forget(self)
+
+    # --- I/O thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        proto: ClientProtocol | None = None
+        connected = False
+        retry_at: float | None = None
+        hs_deadline = 0.0
+        close_deadline: float | None = None
+        out: deque[bytes] = deque()
+        attempt = 0
+        try:
+            while True:
+                now = time.monotonic()
+                if self._closing.is_set():
+                    if proto is None or not proto.ready:
+                        break
+                    if close_deadline is None:
+                        close_deadline = now + self._flush_timeout
+                    if (self._session.pending == 0 and not out) or now > close_deadline:
+                        self._try_send(encode_control(Close()))
+                        break
+                if connected and (proto is None or retry_at is not None and now >= retry_at):
+                    proto = ClientProtocol(self, self._session, self._secret, self._peer, self._max_frame)
+                    out.clear()
+                    out.append(proto.hello())
+                    hs_deadline = now + self._handshake_s
+                    retry_at = None
+                elif proto is not None and not proto.ready and retry_at is None and now > hs_deadline:
+                    self.last_error = f"handshake with {self._peer} timed out"
+                    retry_at = now
+                    continue
+                if proto is not None and proto.ready:
+                    self._wake_pending = False
+                    while self._control_out:
+                        out.append(self._control_out.popleft())
+                    chunks = self._session.take_outbox()
+                    if chunks:
+                        out.append(b"".join(chunks))
+                while out:
+                    if not self._try_send(out[0]):
+                        break
+                    out.popleft()
+                poller.modify(self._sock, zmq.POLLIN | (zmq.POLLOUT if out else 0))
+                timeout_ms = 1000 if close_deadline is None else 20
+                if proto is not None and not proto.ready:
+                    until = (retry_at if retry_at is not None else hs_deadline) - time.monotonic()
+                    timeout_ms = max(0, min(timeout_ms, int(until * 1000) + 1))
+                events = dict(poller.poll(timeout_ms))
+                if self._wake_r.fileno() in events:
+                    _drain(self._wake_r)
+                if self._monitor in events:
+                    connected, proto = self._on_monitor(connected, proto)
+                if self._sock in events and events[self._sock] & zmq.POLLIN:
+                    try:
+                        proto, retry_at, attempt = self._read_all(proto, retry_at, attempt, out)
+                    except (ConnectionBrokenError, WireFormatError) as exc:
+                        self.last_error = str(exc)
+                        logger.warning("%s: %s; handshaking again", self.describe(), exc)
+                        proto = None
+                        self._set_status(ConnectionStatus.CONNECTING)
+        except zmq.ContextTerminated:
+            pass
+        except Exception:
+            logger.exception("%s: I/O thread failed", self.describe())
+        finally:
+            lost = self._session.close()
+            if lost:
+                logger.error(
+                    "%s closed with %d messages not acknowledged by the server (counted as lost)",
+                    self.describe(), lost,
+                )
+            self._set_status(ConnectionStatus.CLOSED)
+            self._sock.disable_monitor()
+            self._monitor.close(0)
+            self._sock.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _try_send(self, data: bytes) -> bool:
+        try:
+            self._sock.send(data, zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return False
+        return True
+
+    def _on_monitor(self, connected: bool, proto: ClientProtocol | None) -> tuple[bool, ClientProtocol | None]:
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return connected, proto
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                connected = True
+                proto = None  # a fresh transport connection: handshake again
+            elif event["event"] == zmq.EVENT_DISCONNECTED:
+                connected = False
+                proto = None
+                if self._status is ConnectionStatus.READY:
+                    logger.warning("%s: disconnected; zmq reconnects, we will resend", self.describe())
+                    self._set_status(ConnectionStatus.CONNECTING)
+
+    def _read_all(
+        self, proto: ClientProtocol | None, retry_at: float | None, attempt: int, out: deque[bytes]
+    ) -> tuple[ClientProtocol | None, float | None, int]:
+        while True:
+            try:
+                data = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return proto, retry_at, attempt
+            self._received += 1
+            if proto is None:
+                continue  # a reply to a handshake we already abandoned
+            try:
+                out.extend(proto.on_bytes(data))
+            except AuthenticationError as exc:
+                attempt += 1
+                self.last_error = str(exc)
+                logger.error("%s: %s", self.describe(), exc)
+                return proto, time.monotonic() + self._backoff.delay_ms(attempt) / 1000, attempt
+            if proto.ready and self._status is not ConnectionStatus.READY:
+                attempt = 0
+                if self._connects:
+                    self._reconnects += 1
+                self._connects += 1
+                self.last_error = None
+                self._set_status(ConnectionStatus.READY)
+                logger.info("%s: ready", self.describe())
+
+
+class Context(IContext):
+    """The zmq transport's context: one ``zmq.Context`` and the connections made with it."""
+
+    alias: ClassVar[str] = "zmq"
+    crosses_processes: ClassVar[bool] = True
+
+    def __init__(self, conf: Config) -> None:
+        self.conf = conf
+        conf.auth_secret()  # fail now when the secret file is bad
+        self.zmq = zmq.Context(io_threads=conf.get_int(ZMQ_THREADS, minimum=1))
+        self.linger_ms = conf.get_int(ZMQ_LINGER_MILLIS, minimum=-1)
+        self.hwm = conf.get_int(ZMQ_HWM, minimum=0)
+        self.local_mode = conf.get_bool(STORM_LOCAL_MODE_ZMQ)
+        self.bind_host = conf.get_str(STORM_BIND_HOST)
+        self._ipc_dir = conf.get_optional_str(ZMQ_IPC_DIR) or tempfile.gettempdir()
+        self._lock = threading.Lock()
+        self._connections: list[IConnection] = []
+        self._terminated = False
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> Context:
+        return cls(Config.of(conf))
+
+    def _ipc_endpoint(self, topology_id: str, port: int) -> str:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology_id)
+        return f"ipc://{os.path.join(self._ipc_dir, f'spark-storm-{safe}-{port}')}"
+
+    def endpoint_for(self, topology_id: str, host: str, port: int) -> str:
+        """The endpoint a client connects to."""
+        if self.local_mode:
+            return self._ipc_endpoint(topology_id, port)
+        return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+    def bind_socket(self, sock: zmq.Socket[bytes], topology_id: str, port: int) -> tuple[str, int]:
+        """Bind ``sock`` and return (endpoint, port actually bound)."""
+        if self.local_mode:
+            if port == 0:
+                rng = random.Random()
+                for _ in range(1000):
+                    port = rng.randrange(49152, 65536)
+                    if not os.path.exists(self._ipc_endpoint(topology_id, port)[6:]):
+                        break
+            endpoint = self._ipc_endpoint(topology_id, port)
+            sock.bind(endpoint)
+            return endpoint, port
+        host = self.bind_host
+        if not is_loopback_host(host) and self.conf.auth_secret() is None:
+            logger.warning(
+                "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who "
+                "can reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
+                topology_id, host,
+            )
+        shown = f"[{host}]" if ":" in host else host
+        if port == 0:
+            bound = sock.bind_to_random_port(f"tcp://{shown}", min_port=20000, max_port=65000, max_tries=200)
+            return f"tcp://{shown}:{bound}", bound
+        sock.bind(f"tcp://{shown}:{port}")
+        return f"tcp://{shown}:{port}", port
+
+    def _track(self, conn: IConnection) -> None:
+        with self._lock:
+            if self._terminated:
+                conn.close()
+                msg = "the zmq context was terminated"
+                raise ConnectionClosedError(msg)
+            self._connections.append(conn)
+
+    def forget(self, conn: IConnection) -> None:
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+        if self._terminated:
+            msg = "bind on a terminated zmq context"
+            raise ConnectionClosedError(msg)
+        server = ZmqServer(self, topology_id, port, callback)
+        self._track(server)
+        return server
+
+    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+        if self._terminated:
+            msg = "connect on a terminated zmq context"
+            raise ConnectionClosedError(msg)
+        if not 0 < port <= 65535:
+            msg = f"cannot connect to port {port}: ports are 1..65535"
+            raise TransportError(msg)
+        client = ZmqClient(self, topology_id, host, port)
+        self._track(client)
+        return client
+
+    def term(self) -> None:
+        with self._lock:
+            if self._terminated:
+                return
+            self._terminated = True
+            conns = list(self._connections)
+        for conn in conns:
+            conn.close()
+        # Every socket is closed by its thread above; term() returns once they are.
+        done = threading.Thread(target=self.zmq.term, name="spark-storm-zmq-term", daemon=True)
+        done.start()
+        done.join(_JOIN_TIMEOUT_S)
+        if done.is_alive():
+            logger.error("zmq context did not terminate within %.0fs; a socket was left open", _JOIN_TIMEOUT_S)
