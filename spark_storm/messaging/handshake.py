@@ -78,7 +78,7 @@ class ClientHandshake:
         Raises
         ------
         AuthenticationError
-            The server speaks another protocol version, or wants a secret we lack.
+            The server speaks another protocol version.
         """
         if challenge.version != PROTOCOL_VERSION:
             msg = (
@@ -86,12 +86,8 @@ class ClientHandshake:
                 f"speaks {PROTOCOL_VERSION}: run the same spark-storm version on both sides"
             )
             raise AuthenticationError(msg)
-        if challenge.auth_required and self._secret is None:
-            msg = (
-                f"server {self._peer} requires authentication: set storm.messaging.auth.secret "
-                "(or .secret.file) to the cluster's secret"
-            )
-            raise AuthenticationError(msg)
+        # Without a secret we still answer (with no proof): the server then refuses us with
+        # a reason it logs on its side and sends back, so both operators see the cause.
         self._server_nonce = challenge.nonce
         if self._secret is None:
             return Auth(b"")

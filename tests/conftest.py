@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+import logging
+
+logging.getLogger("spark_storm").setLevel(logging.DEBUG)
