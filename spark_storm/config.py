@@ -218,9 +218,7 @@ def default_config() -> Config:
     return Config.of(None)
 
 
-def load_config(
-    path: str | Path | None = None, overrides: Mapping[str, Any] | None = None
-) -> Config:
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Build a Config from the defaults, an optional storm.yaml, then ``overrides``.
 
     Parameters

@@ -28,7 +28,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any, Final, Union
+from typing import Any, ClassVar, Final
 
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 
@@ -82,7 +82,7 @@ class _FunctionCallback(IConnectionCallback):
 
 
 #: A callback object, or any function taking a batch (e.g. ``received.extend``).
-CallbackLike = Union[IConnectionCallback, Callable[[list[TaskMessage]], object]]
+CallbackLike = IConnectionCallback | Callable[[list[TaskMessage]], object]
 
 
 def as_callback(cb: CallbackLike) -> IConnectionCallback:
@@ -228,16 +228,16 @@ class IContext(abc.ABC):
     """
 
     #: Registry alias ("local", "tcp", ...); informative.
-    alias: str = ""
+    alias: ClassVar[str] = ""
     #: Whether connections can cross process boundaries (and therefore authenticate).
-    crosses_processes: bool = True
+    crosses_processes: ClassVar[bool] = True
 
     @classmethod
     @abc.abstractmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> IContext:
         """Build a context from a config mapping (missing keys take the defaults)."""
 
-    def prepare(self, conf: Mapping[str, Any]) -> None:
+    def prepare(self, conf: Mapping[str, Any]) -> None:  # noqa: B027 - optional hook
         """Storm compatibility: contexts are fully configured by ``from_conf``.
 
         Calling it again with another config is not supported.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Union
+from typing import Final
 
 from spark_storm.errors import WireFormatError
 from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, TaskMessage
@@ -184,24 +184,24 @@ class BatchCommit:
     batch_id: int
 
 
-ControlFrame = Union[
-    LoadMetrics,
-    Close,
-    Eob,
-    Failure,
-    BackpressureStatus,
-    Hello,
-    Challenge,
-    Auth,
-    Ok,
-    Seq,
-    Receipt,
-    BatchHeader,
-    BatchAck,
-    BatchCommit,
-]
+ControlFrame = (
+    LoadMetrics
+    | Close
+    | Eob
+    | Failure
+    | BackpressureStatus
+    | Hello
+    | Challenge
+    | Auth
+    | Ok
+    | Seq
+    | Receipt
+    | BatchHeader
+    | BatchAck
+    | BatchCommit
+)
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
-Decoded = Union[list[TaskMessage], ControlFrame]
+Decoded = list[TaskMessage] | ControlFrame
 
 
 # --------------------------------------------------------------------------- encoding
@@ -264,7 +264,7 @@ def _task_list(tasks: frozenset[int]) -> bytes:
     return _U16.pack(len(ordered)) + struct.pack(f">{len(ordered)}h", *ordered)
 
 
-def _control_body(frame: ControlFrame) -> tuple[int, bytes]:  # noqa: PLR0911 - one branch a code
+def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, LoadMetrics):
         for task in frame.loads:
             if not 0 <= task <= MAX_TASK_ID:
@@ -347,7 +347,7 @@ def _read_tasks(body: bytes, pos: int, what: str) -> tuple[frozenset[int], int]:
     return frozenset(tasks), pos + 2 * count
 
 
-def _decode_control(code: int, body: bytes) -> ControlFrame:  # noqa: PLR0911,PLR0912
+def _decode_control(code: int, body: bytes) -> ControlFrame:
     if code == LOAD_METRICS:
         if len(body) % _LOAD_ENTRY.size:
             msg = f"load-metrics frame body of {len(body)} bytes is not a multiple of {_LOAD_ENTRY.size}"
@@ -427,8 +427,22 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:  # noqa: PLR0911,PL
 
 
 _KNOWN_CODES: Final = frozenset(
-    {LOAD_METRICS, CLOSE, OK, EOB, FAILURE, BACKPRESSURE, HELLO, CHALLENGE, AUTH, SEQ, RECEIPT,
-     BATCH_HEADER, BATCH_ACK, BATCH_COMMIT}
+    {
+        LOAD_METRICS,
+        CLOSE,
+        OK,
+        EOB,
+        FAILURE,
+        BACKPRESSURE,
+        HELLO,
+        CHALLENGE,
+        AUTH,
+        SEQ,
+        RECEIPT,
+        BATCH_HEADER,
+        BATCH_ACK,
+        BATCH_COMMIT,
+    }
 )
 
 
@@ -486,7 +500,10 @@ class FrameDecoder:
                 pos = end
                 continue
             if length < 0 or length > limit:
-                msg = f"frame length {length} (code {code}) is outside 0..{limit} (storm.messaging.max.frame.bytes)"
+                msg = (
+                    f"frame length {length} (code {code}) is outside 0..{limit} "
+                    "(storm.messaging.max.frame.bytes)"
+                )
                 raise WireFormatError(msg)
             if code not in _KNOWN_CODES:
                 msg = f"unknown control code {code}"

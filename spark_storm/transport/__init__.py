@@ -79,7 +79,10 @@ def resolve_transport(name: str) -> object:
         The plugin's module exists but failed to import.
     """
     if not isinstance(name, str) or not name.strip():
-        msg = f"{STORM_MESSAGING_TRANSPORT} must name a transport ({', '.join(TRANSPORT_ALIASES)} or a dotted path), got {name!r}"
+        msg = (
+            f"{STORM_MESSAGING_TRANSPORT} must name a transport "
+            f"({', '.join(TRANSPORT_ALIASES)} or a dotted path), got {name!r}"
+        )
         raise UnknownTransportError(msg)
     target = TRANSPORT_ALIASES.get(name, name)
     if target == name and "." not in name and ":" not in name:

@@ -1,5 +1,7 @@
-"""What every transport's server and client share: wrong-side errors, the pull queue,
-callback registration, load tables and counters."""
+"""What every transport's server and client share.
+
+Wrong-side errors, the pull queue, callback registration, load tables and counters.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,13 @@ from typing import Any, NoReturn
 
 from spark_storm.config import STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
 from spark_storm.errors import ConnectionClosedError, UnsupportedOperationError
-from spark_storm.messaging.api import RECV_BLOCK, RECV_NOBLOCK, CallbackLike, IConnection, as_callback
+from spark_storm.messaging.api import (
+    RECV_BLOCK,
+    RECV_NOBLOCK,
+    CallbackLike,
+    IConnection,
+    as_callback,
+)
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 
 __all__ = ["ClientBase", "ServerBase", "as_batch"]
@@ -114,7 +122,9 @@ class ServerBase(_Side):
                 self._counters["callback_errors"] += 1
             logger.exception(
                 "receive callback %r raised on a batch of %d messages (%s); the batch counts as delivered",
-                callback, len(batch), self.describe(),
+                callback,
+                len(batch),
+                self.describe(),
             )
 
     def count(self, name: str, n: int = 1) -> None:

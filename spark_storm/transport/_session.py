@@ -94,7 +94,7 @@ class ClientSession:
         self.blocked = 0
 
     def admit(self, batch: list[TaskMessage]) -> tuple[int, bool]:
-        """Number ``batch``, keep it for resend, queue it for writing.
+        """Admit ``batch``: number it, keep it for resend and queue it for writing.
 
         Returns the bytes now waiting in the outbox and whether it was empty before
         (either is the caller's cue to wake its writer).
@@ -118,7 +118,10 @@ class ClientSession:
                     self.lost += count
                     logger.error(
                         "dropping %d messages for %s: %d bytes unacknowledged is over the high "
-                        "watermark (policy drop)", count, self._peer, self._unacked_bytes,
+                        "watermark (policy drop)",
+                        count,
+                        self._peer,
+                        self._unacked_bytes,
                     )
                     return self._outbox_bytes, False
                 self._wait_under_low()
@@ -157,7 +160,7 @@ class ClientSession:
             return out
 
     def on_receipt(self, seq: int) -> None:
-        """The server delivered everything up to ``seq``: free it from the resend buffer."""
+        """Free everything up to ``seq`` (delivered by the server) from the resend buffer."""
         with self._cond:
             if seq <= self._acked:
                 return
@@ -374,7 +377,7 @@ class ServerPeer:
             raise WireFormatError(msg)
 
     def check_eof(self) -> None:
-        """The client hung up: a half-received frame means a truncated stream."""
+        """Check the end of the stream: a half-received frame means truncation."""
         self._decoder.check_eof()
 
     @staticmethod

@@ -119,7 +119,11 @@ class LocalClient(ClientBase):
                 self._lost += len(batch)
                 logger.error(
                     "dropping %d messages: %s holds %d pending (limit %d, %s) and its server is not bound",
-                    len(batch), self.describe(), len(self._pending), self._limit, STORM_LOCAL_PENDING_MAX,
+                    len(batch),
+                    self.describe(),
+                    len(self._pending),
+                    self._limit,
+                    STORM_LOCAL_PENDING_MAX,
                 )
                 return
             server = self._wait_for_server()
@@ -151,7 +155,7 @@ class LocalClient(ClientBase):
             self._sent += len(pending)
 
     def flush_pending(self, server: LocalServer) -> None:
-        """Called by the context when our server binds."""
+        """Deliver what was held; the context calls this when our server binds."""
         with self._send_lock:
             if not self._closed:
                 self._flush_pending_locked(server)
@@ -194,7 +198,8 @@ class LocalClient(ClientBase):
                 self._lost += len(self._pending)
                 logger.error(
                     "dropping %d pending messages: %s closed before its server bound",
-                    len(self._pending), self.describe(),
+                    len(self._pending),
+                    self.describe(),
                 )
                 self._pending = []
         self._context.forget_client(self)
@@ -233,7 +238,10 @@ class Context(IContext):
                 self._next_port += 1
             key = (topology_id, port)
             if key in self._servers:
-                msg = f"local port {port} is already bound for topology {topology_id!r}; close that server first"
+                msg = (
+                    f"local port {port} is already bound for topology {topology_id!r}; "
+                    "close that server first"
+                )
                 raise TransportError(msg)
             server = LocalServer(self, topology_id, port, callback)
             self._servers[key] = server

@@ -20,6 +20,7 @@ this reaches the raw-socket baseline target.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import selectors
@@ -65,6 +66,7 @@ from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
 from spark_storm.transport._backoff import Backoff
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 from spark_storm.transport._session import ClientProtocol, ClientSession, ServerPeer, SessionTable
+from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
 
@@ -72,28 +74,6 @@ logger = logging.getLogger(__name__)
 
 _READ_SIZE = 262144
 _JOIN_TIMEOUT_S = 5.0
-
-
-def _wake_pair() -> tuple[socket.socket, socket.socket]:
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    return reader, writer
-
-
-def _poke(writer: socket.socket) -> None:
-    try:
-        writer.send(b"\0")
-    except (BlockingIOError, OSError):
-        pass  # already a wake byte pending, or shutting down: either way the loop wakes
-
-
-def _drain(reader: socket.socket) -> None:
-    try:
-        while reader.recv(4096):
-            pass
-    except (BlockingIOError, OSError):
-        return
 
 
 class _ServerConn:
@@ -123,7 +103,8 @@ class TcpServer(ServerBase):
             logger.warning(
                 "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who can "
                 "reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
-                topology_id, host,
+                topology_id,
+                host,
             )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
@@ -139,13 +120,13 @@ class TcpServer(ServerBase):
         self._bufsize = conf.get_int(TCP_BUFFER_SIZE, minimum=4096)
         self._listener = listener
         self._host = host
-        self._port = listener.getsockname()[1]
+        self._port: int = listener.getsockname()[1]
         self._conns: dict[socket.socket, _ServerConn] = {}
         self._commands: deque[bytes] = deque()
-        self._wake_r, self._wake_w = _wake_pair()
+        self._waker = Waker()
         self._sel = selectors.DefaultSelector()
         self._sel.register(listener, selectors.EVENT_READ, "accept")
-        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
         self._thread = threading.Thread(
             target=self._run, name=f"spark-storm-tcp-server-{self._port}", daemon=True
         )
@@ -167,7 +148,7 @@ class TcpServer(ServerBase):
                     if key.data == "accept":
                         self._accept()
                     elif key.data == "wake":
-                        _drain(self._wake_r)
+                        self._waker.drain()
                         self._broadcast_commands()
                     else:
                         conn: _ServerConn = key.data
@@ -237,10 +218,8 @@ class TcpServer(ServerBase):
     def _reject(self, conn: _ServerConn, exc: Exception, counter: str) -> None:
         self.count(counter)
         logger.warning("%s: closing connection from %s: %s", self.describe(), conn.peer, exc)
-        try:
+        with contextlib.suppress(OSError):  # the peer may be gone already; the reason is logged
             conn.sock.send(ServerPeer.failure_frame(str(exc)))
-        except OSError:
-            pass  # the peer may already be gone; the reason is logged above
         self._drop(conn)
 
     def _write(self, conn: _ServerConn) -> None:
@@ -272,17 +251,15 @@ class TcpServer(ServerBase):
 
     def _drop(self, conn: _ServerConn) -> None:
         self._conns.pop(conn.sock, None)
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
         conn.sock.close()
 
     def _shutdown(self) -> None:
         for conn in list(self._conns.values()):
             self._drop(conn)
-        for sock in (self._listener, self._wake_r, self._wake_w):
-            sock.close()
+        self._listener.close()
+        self._waker.close()
         self._sel.close()
 
     # --- IConnection ----------------------------------------------------------------
@@ -297,7 +274,7 @@ class TcpServer(ServerBase):
             msg = f"{self.describe()} is closed"
             raise ConnectionClosedError(msg)
         self._commands.append(frame)
-        _poke(self._wake_w)
+        self._waker.poke()
 
     def metrics(self) -> dict[str, Any]:
         out = super().metrics()
@@ -307,7 +284,7 @@ class TcpServer(ServerBase):
     def close(self) -> None:
         if not self.mark_closed():
             return
-        _poke(self._wake_w)
+        self._waker.poke()
         if threading.current_thread() is not self._thread:
             self._thread.join(_JOIN_TIMEOUT_S)
         self._context.forget(self)
@@ -328,8 +305,11 @@ class TcpClient(ClientBase):
             msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
             raise ConfigError(msg)
         self._session = ClientSession(
-            high, low, conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
-            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1), self._peer,
+            high,
+            low,
+            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
+            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
+            self._peer,
         )
         self._secret = conf.auth_secret()
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
@@ -340,12 +320,14 @@ class TcpClient(ClientBase):
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._max_retries = conf.get_int(TCP_MAX_RETRIES, minimum=-1)
         self._bufsize = conf.get_int(TCP_BUFFER_SIZE, minimum=4096)
-        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
+        self._backoff = Backoff(
+            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
+        )
         self._status = ConnectionStatus.CONNECTING
         self._status_cond = threading.Condition()
         self._closing = threading.Event()
         self._control_out: deque[bytes] = deque()
-        self._wake_r, self._wake_w = _wake_pair()
+        self._waker = Waker()
         self._wake_pending = False
         self._reconnects = 0
         self._connects = 0
@@ -378,18 +360,18 @@ class TcpClient(ClientBase):
         # the flag saves a syscall per send while a wake is already on its way.
         if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
             self._wake_pending = True
-            _poke(self._wake_w)
+            self._waker.poke()
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         if self._status is ConnectionStatus.CLOSED:
             msg = f"send_load_metrics on closed {self.describe()}"
             raise ConnectionClosedError(msg)
         self._control_out.append(encode_control(LoadMetrics(dict(loads))))
-        _poke(self._wake_w)
+        self._waker.poke()
 
     def flush(self, timeout: float | None = None) -> bool:
         self._wake_pending = True
-        _poke(self._wake_w)
+        self._waker.poke()
         return self._session.wait_acked(timeout)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -423,7 +405,7 @@ class TcpClient(ClientBase):
         if self._closing.is_set():
             return
         self._closing.set()
-        _poke(self._wake_w)
+        self._waker.poke()
         if threading.current_thread() is not self._thread:
             self._thread.join(self._flush_timeout + _JOIN_TIMEOUT_S)
         self._context.forget(self)
@@ -439,13 +421,19 @@ class TcpClient(ClientBase):
                     if 0 <= self._max_retries < attempt:
                         logger.error(
                             "%s: giving up after %d connect attempts (%s); last error: %s",
-                            self.describe(), attempt, TCP_MAX_RETRIES, self.last_error,
+                            self.describe(),
+                            attempt,
+                            TCP_MAX_RETRIES,
+                            self.last_error,
                         )
                         break
                     delay = self._backoff.delay_ms(attempt - 1)
                     logger.info(
                         "%s: connect attempt %d failed (%s); next in %d ms",
-                        self.describe(), attempt, self.last_error, delay,
+                        self.describe(),
+                        attempt,
+                        self.last_error,
+                        delay,
                     )
                     self._closing.wait(delay / 1000)
                     continue
@@ -471,11 +459,11 @@ class TcpClient(ClientBase):
             if lost:
                 logger.error(
                     "%s closed with %d messages not acknowledged by the server (counted as lost)",
-                    self.describe(), lost,
+                    self.describe(),
+                    lost,
                 )
             self._set_status(ConnectionStatus.CLOSED)
-            self._wake_r.close()
-            self._wake_w.close()
+            self._waker.close()
 
     def _connect(self) -> socket.socket | None:
         try:
@@ -493,7 +481,7 @@ class TcpClient(ClientBase):
         out = bytearray(proto.hello())
         sel = selectors.DefaultSelector()
         sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "sock")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
         handshake_deadline = time.monotonic() + self._handshake_s
         flush_at: float | None = None
         close_deadline: float | None = None
@@ -531,7 +519,7 @@ class TcpClient(ClientBase):
                 sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0), "sock")
                 for key, _mask in sel.select(timeout):
                     if key.data == "wake":
-                        _drain(self._wake_r)
+                        self._waker.drain()
                         if flush_at is None:
                             flush_at = self._next_flush()
                     else:

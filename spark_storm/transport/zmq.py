@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import socket
 import tempfile
 import threading
 import time
@@ -63,6 +62,7 @@ from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
 from spark_storm.transport._backoff import Backoff
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 from spark_storm.transport._session import ClientProtocol, ClientSession, ServerPeer, SessionTable
+from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
 
@@ -72,34 +72,10 @@ _JOIN_TIMEOUT_S = 5.0
 _MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 
-def _wake_pair() -> tuple[socket.socket, socket.socket]:
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    return reader, writer
-
-
-def _poke(writer: socket.socket) -> None:
-    try:
-        writer.send(b"\0")
-    except OSError:
-        pass  # a wake byte is already pending, or we are shutting down
-
-
-def _drain(reader: socket.socket) -> None:
-    try:
-        while reader.recv(4096):
-            pass
-    except OSError:
-        return
-
-
 class ZmqServer(ServerBase):
     """A ROUTER socket and the I/O thread that serves its clients."""
 
-    def __init__(
-        self, context: Context, topology_id: str, port: int, callback: CallbackLike | None
-    ) -> None:
+    def __init__(self, context: Context, topology_id: str, port: int, callback: CallbackLike | None) -> None:
         conf = context.conf
         super().__init__(conf, topology_id, callback)
         self._context = context
@@ -121,7 +97,7 @@ class ZmqServer(ServerBase):
             raise TransportError(msg) from exc
         self._sock = sock
         self._commands: deque[bytes] = deque()
-        self._wake_r, self._wake_w = _wake_pair()
+        self._waker = Waker()
         self._thread = threading.Thread(
             target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True
         )
@@ -138,12 +114,12 @@ class ZmqServer(ServerBase):
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
-        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        poller.register(self._waker.reader.fileno(), zmq.POLLIN)
         try:
             while not self.closed:
                 events = dict(poller.poll(500))
-                if self._wake_r.fileno() in events:
-                    _drain(self._wake_r)
+                if self._waker.reader.fileno() in events:
+                    self._waker.drain()
                     self._broadcast()
                 if self._sock in events:
                     for _ in range(256):  # bounded, so commands and close are not starved
@@ -161,8 +137,7 @@ class ZmqServer(ServerBase):
             logger.exception("%s: I/O thread failed; closing the server", self.describe())
         finally:
             self._sock.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            self._waker.close()
 
     def _on_message(self, ident: bytes, payload: bytes) -> None:
         peer = self._peers.get(ident)
@@ -211,7 +186,7 @@ class ZmqServer(ServerBase):
             msg = f"{self.describe()} is closed"
             raise ConnectionClosedError(msg)
         self._commands.append(frame)
-        _poke(self._wake_w)
+        self._waker.poke()
 
     def metrics(self) -> dict[str, Any]:
         out = super().metrics()
@@ -221,7 +196,7 @@ class ZmqServer(ServerBase):
     def close(self) -> None:
         if not self.mark_closed():
             return
-        _poke(self._wake_w)
+        self._waker.poke()
         if threading.current_thread() is not self._thread:
             self._thread.join(_JOIN_TIMEOUT_S)
         self._context.forget(self)
@@ -248,12 +223,14 @@ class ZmqClient(ClientBase):
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
-        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
+        self._backoff = Backoff(
+            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
+        )
         self._status = ConnectionStatus.CONNECTING
         self._status_cond = threading.Condition()
         self._closing = threading.Event()
         self._control_out: deque[bytes] = deque()
-        self._wake_r, self._wake_w = _wake_pair()
+        self._waker = Waker()
         self._wake_pending = False
         self._reconnects = 0
         self._connects = 0
@@ -299,17 +276,17 @@ class ZmqClient(ClientBase):
         _, was_empty = self._session.admit(batch)
         if was_empty and not self._wake_pending:
             self._wake_pending = True
-            _poke(self._wake_w)
+            self._waker.poke()
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         if self._status is ConnectionStatus.CLOSED:
             msg = f"send_load_metrics on closed {self.describe()}"
             raise ConnectionClosedError(msg)
         self._control_out.append(encode_control(LoadMetrics(dict(loads))))
-        _poke(self._wake_w)
+        self._waker.poke()
 
     def flush(self, timeout: float | None = None) -> bool:
-        _poke(self._wake_w)
+        self._waker.poke()
         return self._session.wait_acked(timeout)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -343,7 +320,7 @@ class ZmqClient(ClientBase):
         if self._closing.is_set():
             return
         self._closing.set()
-        _poke(self._wake_w)
+        self._waker.poke()
         if threading.current_thread() is not self._thread:
             self._thread.join(self._flush_timeout + _JOIN_TIMEOUT_S)
         self._context.forget(self)
@@ -353,7 +330,7 @@ class ZmqClient(ClientBase):
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._monitor, zmq.POLLIN)
-        poller.register(self._wake_r.fileno(), zmq.POLLIN)
+        poller.register(self._waker.reader.fileno(), zmq.POLLIN)
         proto: ClientProtocol | None = None
         connected = False
         retry_at: float | None = None
@@ -372,7 +349,7 @@ class ZmqClient(ClientBase):
                     if (self._session.pending == 0 and not out) or now > close_deadline:
                         self._try_send(encode_control(Close()))
                         break
-                if connected and (proto is None or retry_at is not None and now >= retry_at):
+                if connected and (proto is None or (retry_at is not None and now >= retry_at)):
                     proto = ClientProtocol(self, self._session, self._secret, self._peer, self._max_frame)
                     out.clear()
                     out.append(proto.hello())
@@ -399,8 +376,8 @@ class ZmqClient(ClientBase):
                     until = (retry_at if retry_at is not None else hs_deadline) - time.monotonic()
                     timeout_ms = max(0, min(timeout_ms, int(until * 1000) + 1))
                 events = dict(poller.poll(timeout_ms))
-                if self._wake_r.fileno() in events:
-                    _drain(self._wake_r)
+                if self._waker.reader.fileno() in events:
+                    self._waker.drain()
                 if self._monitor in events:
                     connected, proto = self._on_monitor(connected, proto)
                 if self._sock in events and events[self._sock] & zmq.POLLIN:
@@ -420,14 +397,14 @@ class ZmqClient(ClientBase):
             if lost:
                 logger.error(
                     "%s closed with %d messages not acknowledged by the server (counted as lost)",
-                    self.describe(), lost,
+                    self.describe(),
+                    lost,
                 )
             self._set_status(ConnectionStatus.CLOSED)
             self._sock.disable_monitor()
             self._monitor.close(0)
             self._sock.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            self._waker.close()
 
     def _try_send(self, data: bytes) -> bool:
         try:
@@ -436,7 +413,9 @@ class ZmqClient(ClientBase):
             return False
         return True
 
-    def _on_monitor(self, connected: bool, proto: ClientProtocol | None) -> tuple[bool, ClientProtocol | None]:
+    def _on_monitor(
+        self, connected: bool, proto: ClientProtocol | None
+    ) -> tuple[bool, ClientProtocol | None]:
         while True:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
@@ -508,7 +487,7 @@ class Context(IContext):
         return f"ipc://{os.path.join(self._ipc_dir, f'spark-storm-{safe}-{port}')}"
 
     def endpoint_for(self, topology_id: str, host: str, port: int) -> str:
-        """The endpoint a client connects to."""
+        """Return the endpoint a client connects to."""
         if self.local_mode:
             return self._ipc_endpoint(topology_id, port)
         return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
@@ -530,7 +509,8 @@ class Context(IContext):
             logger.warning(
                 "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who "
                 "can reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
-                topology_id, host,
+                topology_id,
+                host,
             )
         shown = f"[{host}]" if ":" in host else host
         if port == 0:
@@ -584,4 +564,6 @@ class Context(IContext):
         done.start()
         done.join(_JOIN_TIMEOUT_S)
         if done.is_alive():
-            logger.error("zmq context did not terminate within %.0fs; a socket was left open", _JOIN_TIMEOUT_S)
+            logger.error(
+                "zmq context did not terminate within %.0fs; a socket was left open", _JOIN_TIMEOUT_S
+            )

@@ -1,0 +1,87 @@
+"""Raw sockets feed a tcp server garbage; it drops that peer and keeps serving the rest."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.messaging.wire import Hello, encode_control, encode_messages
+from spark_storm.transport import make_context
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[IContext, IConnection, list[TaskMessage]]]:
+    ctx = make_context(
+        {
+            "storm.messaging.transport": "tcp",
+            "storm.messaging.max.frame.bytes": 1024,
+            "storm.messaging.handshake.timeout.ms": 500,
+        }
+    )
+    got: list[TaskMessage] = []
+    server = ctx.bind("t", 0, got.extend)
+    yield ctx, server, got
+    ctx.term()
+
+
+def _raw(server: IConnection, data: bytes, *, half_close: bool = True) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while True:
+            try:
+                chunk = sock.recv(4096)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+GARBAGE = {
+    "http": b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    "bad-magic": encode_control(Hello(1, "t", b"s" * 16, b"n" * 16)).replace(b"STRM", b"XXXX"),
+    "data-before-handshake": encode_messages([TaskMessage(1, b"sneaky")]),
+    "oversized": struct.pack(">hi", 1, 1_000_000),
+    "unknown-code": struct.pack(">hi", -999, 0),
+    "truncated": encode_control(Hello(1, "t", b"s" * 16, b"n" * 16))[:-3],
+    "random": bytes(range(256)) * 4,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GARBAGE))
+def test_garbage_closes_that_peer_only(
+    served: tuple[IContext, IConnection, list[TaskMessage]], name: str
+) -> None:
+    ctx, server, got = served
+    good = ctx.connect("t", "127.0.0.1", server.port)
+    assert good.wait_ready(10)
+    reply = _raw(server, GARBAGE[name])
+    # The server answered with a FAILURE frame (code -400) naming the reason, then closed.
+    if name != "truncated":
+        assert struct.unpack(">h", reply[:2])[0] in (-701, -400)
+    wait_until(lambda: server.metrics()["protocol_errors"] >= 1, what="the error to be counted")
+    good.send(TaskMessage(3, b"still served"))
+    wait_until(lambda: got == [TaskMessage(3, b"still served")], what="the good client to be served")
+    assert server.metrics()["received"] == 1
+
+
+def test_silent_peer_is_dropped_after_the_handshake_deadline(
+    served: tuple[IContext, IConnection, list[TaskMessage]],
+) -> None:
+    _, server, _ = served
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        wait_until(lambda: server.metrics()["protocol_errors"] >= 1, what="the idle peer to be dropped")
+        sock.settimeout(5)
+        data = sock.recv(4096)
+        assert b"handshake not completed in time" in data

@@ -1,0 +1,56 @@
+"""Layers import only downward; heavy optional packages load only when chosen."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import spark_storm.errors
+import spark_storm.messaging
+import spark_storm.messaging.wire
+
+PKG = Path(__file__).resolve().parents[2] / "spark_storm"
+ORDER = ["messaging", "transport", "worker", "spark"]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+@pytest.mark.parametrize("layer", ORDER)
+def test_layers_import_only_downward(layer: str) -> None:
+    higher = ORDER[ORDER.index(layer) + 1 :]
+    for path in (PKG / layer).rglob("*.py") if (PKG / layer).exists() else []:
+        for name in _imports(path):
+            for h in higher:
+                assert not name.startswith(f"spark_storm.{h}"), f"{path} imports {name}"
+            if layer != "spark":
+                assert not name.startswith("pyspark"), f"{path} imports pyspark"
+
+
+def test_transport_and_messaging_never_import_pyspark_or_zmq_unasked() -> None:
+    code = (
+        "import sys, spark_storm.transport, spark_storm.transport.tcp, spark_storm.transport.local;"
+        "assert 'pyspark' not in sys.modules; assert 'zmq' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("module", [spark_storm.messaging, spark_storm.errors, spark_storm.messaging.wire])
+def test_public_names_are_sorted_and_exist(module: object) -> None:
+    names = module.__all__  # type: ignore[attr-defined]
+    # isort style (ruff RUF022): CONSTANTS, then Classes, then functions, each alphabetical
+    assert names == sorted(names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
+    for name in names:
+        assert hasattr(module, name)
