@@ -15,6 +15,7 @@ from spark_storm.messaging.message import (
     MAX_TASK_ID,
     BackpressureStatus,
     ConnectionStatus,
+    MessageBatch,
     TaskMessage,
 )
 
@@ -28,6 +29,7 @@ __all__ = [
     "IConnection",
     "IConnectionCallback",
     "IContext",
+    "MessageBatch",
     "TaskMessage",
     "as_callback",
 ]

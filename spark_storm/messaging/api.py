@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, ClassVar, Final
 
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 
 __all__ = [
     "RECV_BLOCK",
@@ -52,7 +52,7 @@ class IConnectionCallback(abc.ABC):
     """Receives batches pushed by a server connection (Storm 2.x push receive)."""
 
     @abc.abstractmethod
-    def recv(self, batch: list[TaskMessage]) -> None:
+    def recv(self, batch: MessageBatch) -> None:
         """Handle one batch of messages, in arrival order.
 
         Called on the transport's receive thread; for one client connection, batches
@@ -63,18 +63,19 @@ class IConnectionCallback(abc.ABC):
 
         Parameters
         ----------
-        batch : list[TaskMessage]
-            Owned by the callee; the transport keeps no reference.
+        batch : MessageBatch
+            A ``Sequence[TaskMessage]`` with columns ``tasks`` and ``payloads`` for
+            vectorised consumers.  Owned by the callee; the transport keeps no reference.
         """
 
 
 class _FunctionCallback(IConnectionCallback):
     __slots__ = ("_fn",)
 
-    def __init__(self, fn: Callable[[list[TaskMessage]], object]) -> None:
+    def __init__(self, fn: Callable[[MessageBatch], object]) -> None:
         self._fn = fn
 
-    def recv(self, batch: list[TaskMessage]) -> None:
+    def recv(self, batch: MessageBatch) -> None:
         self._fn(batch)
 
     def __repr__(self) -> str:
@@ -82,7 +83,7 @@ class _FunctionCallback(IConnectionCallback):
 
 
 #: A callback object, or any function taking a batch (e.g. ``received.extend``).
-CallbackLike = IConnectionCallback | Callable[[list[TaskMessage]], object]
+CallbackLike = IConnectionCallback | Callable[[MessageBatch], object]
 
 
 def as_callback(cb: CallbackLike) -> IConnectionCallback:

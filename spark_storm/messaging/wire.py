@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from spark_storm.errors import WireFormatError
-from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, TaskMessage
+from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, MessageBatch, TaskMessage
 
 __all__ = [
     "HEADER_SIZE",
@@ -201,7 +201,7 @@ ControlFrame = (
     | BatchCommit
 )
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
-Decoded = list[TaskMessage] | ControlFrame
+Decoded = MessageBatch | ControlFrame
 
 
 # --------------------------------------------------------------------------- encoding
@@ -450,8 +450,10 @@ class FrameDecoder:
     """Incremental decoder: feed it bytes as they arrive, get whole frames back.
 
     Handles partial reads, many frames per read and frames split across reads.  Data
-    frames come back in runs (``list[TaskMessage]``), with control frames between runs,
-    so receivers handle a run with one call instead of one call per message.
+    frames come back in runs (:class:`MessageBatch`, columnar), with control frames
+    between runs, so receivers handle a run with one call instead of one per message.
+    A frame split across reads is completed from the next read's first bytes; the rest
+    of that read is decoded in place (no copy of the whole buffer).
 
     Parameters
     ----------
@@ -463,7 +465,7 @@ class FrameDecoder:
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
-        self._rest = b""
+        self._rest = bytearray()
 
     @property
     def buffered(self) -> int:
@@ -479,48 +481,78 @@ class FrameDecoder:
             Unknown control code, a length over the limit or negative, or a bad body.
             The decoder is unusable afterwards: close the connection.
         """
-        buf = self._rest + data if self._rest else bytes(data)
-        n = len(buf)
-        pos = 0
         out: list[Decoded] = []
-        run: list[TaskMessage] = []
-        add = run.append
+        pos = 0
+        rest = self._rest
+        if rest:
+            # Finish the frame that straddles the previous read, using only what it needs.
+            if len(rest) < HEADER_SIZE:
+                take = min(HEADER_SIZE - len(rest), len(data))
+                rest += data[:take]
+                pos = take
+                if len(rest) < HEADER_SIZE:
+                    return out
+            _, length = self._check_header(rest)
+            need = HEADER_SIZE + length - len(rest)
+            if len(data) - pos < need:
+                rest += data[pos:]
+                return out
+            rest += data[pos : pos + need]
+            pos += need
+            frame = bytes(rest)
+            rest.clear()
+            self._decode(frame, 0, out)
+        end = self._decode(data, pos, out)
+        if end < len(data):
+            rest += data[end:]
+        return out
+
+    def _check_header(self, buf: bytes | bytearray) -> tuple[int, int]:
+        code, length = HEADER.unpack_from(buf, 0)
+        if length < 0 or length > self._max:
+            msg = (
+                f"frame length {length} (code {code}) is outside 0..{self._max} "
+                "(storm.messaging.max.frame.bytes)"
+            )
+            raise WireFormatError(msg)
+        if code < 0 and code not in _KNOWN_CODES:
+            msg = f"unknown control code {code}"
+            raise WireFormatError(msg)
+        return code, length
+
+    def _decode(self, buf: bytes, pos: int, out: list[Decoded]) -> int:
+        """Decode whole frames of ``buf`` from ``pos`` into ``out``; return where it stopped."""
+        n = len(buf)
+        tasks: list[int] = []
+        payloads: list[bytes] = []
+        add_task = tasks.append
+        add_payload = payloads.append
         unpack = HEADER.unpack_from
-        new = tuple.__new__
-        message_type = TaskMessage
         limit = self._max
         while n - pos >= 6:
             code, length = unpack(buf, pos)
             start = pos + 6
             end = start + length
-            if code >= 0 and 0 <= length <= limit:
-                if end > n:
-                    break
-                add(new(message_type, (code, buf[start:end])))
+            if code >= 0 and end <= n and length <= limit and length >= 0:
+                add_task(code)
+                add_payload(buf[start:end])
                 pos = end
                 continue
-            if length < 0 or length > limit:
-                msg = (
-                    f"frame length {length} (code {code}) is outside 0..{limit} "
-                    "(storm.messaging.max.frame.bytes)"
-                )
-                raise WireFormatError(msg)
-            if code not in _KNOWN_CODES:
-                msg = f"unknown control code {code}"
-                raise WireFormatError(msg)
+            self._check_header(buf[pos : pos + 6])
             if end > n:
                 break
             frame = _decode_control(code, buf[start:end])
-            if run:
-                out.append(run)
-                run = []
-                add = run.append
+            if tasks:
+                out.append(MessageBatch(tasks, payloads))
+                tasks = []
+                payloads = []
+                add_task = tasks.append
+                add_payload = payloads.append
             out.append(frame)
             pos = end
-        if run:
-            out.append(run)
-        self._rest = buf[pos:] if pos < n else b""
-        return out
+        if tasks:
+            out.append(MessageBatch(tasks, payloads))
+        return pos
 
     def check_eof(self) -> None:
         """Call when the stream ended: a half-received frame is a truncated stream.

@@ -19,9 +19,10 @@ from spark_storm.messaging.api import (
     RECV_NOBLOCK,
     CallbackLike,
     IConnection,
+    IConnectionCallback,
     as_callback,
 )
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 
 __all__ = ["ClientBase", "ServerBase", "as_batch"]
 
@@ -80,7 +81,7 @@ class ServerBase(_Side):
         }
 
     # --- called by the transport ------------------------------------------------------
-    def deliver(self, batch: list[TaskMessage]) -> None:
+    def deliver(self, batch: MessageBatch) -> None:
         """Hand one batch to the callback, or queue it for ``recv`` (blocking while full)."""
         if not batch:
             return
@@ -92,7 +93,7 @@ class ServerBase(_Side):
                 return
         self._call(callback, batch)
 
-    def _enqueue(self, batch: list[TaskMessage]) -> None:
+    def _enqueue(self, batch: MessageBatch) -> None:
         # Caller holds self._cond.  Blocks the receive thread while the queue is full:
         # the sender is held back (TCP flow control), nothing is dropped.
         pos = 0
@@ -114,7 +115,7 @@ class ServerBase(_Side):
             pos += room
             self._cond.notify_all()
 
-    def _call(self, callback: Any, batch: list[TaskMessage]) -> None:
+    def _call(self, callback: IConnectionCallback, batch: MessageBatch) -> None:
         try:
             callback.recv(batch)
         except Exception:
@@ -160,7 +161,7 @@ class ServerBase(_Side):
             # Deliver what was queued first, under the lock, so a batch arriving now waits
             # and lands after it: order is preserved across the switch.
             while self._queue:
-                backlog = list(self._queue)
+                backlog = MessageBatch.of(self._queue)
                 self._queue.clear()
                 self._call(cb, backlog)
             self._callback = cb

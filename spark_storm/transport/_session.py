@@ -30,7 +30,7 @@ from spark_storm.errors import (
     WireFormatError,
 )
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
-from spark_storm.messaging.message import BackpressureStatus, TaskMessage
+from spark_storm.messaging.message import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
     Auth,
     BatchAck,
@@ -304,7 +304,7 @@ class ServerPeer:
         replies: list[bytes] = []
         delivered = False
         for item in self._decoder.feed(data):
-            if type(item) is list:
+            if type(item) is MessageBatch:
                 self._data(item)
                 delivered = True
             else:
@@ -315,7 +315,7 @@ class ServerPeer:
             replies.append(encode_control(Receipt(last)))
         return replies
 
-    def _data(self, run: list[TaskMessage]) -> None:
+    def _data(self, run: MessageBatch) -> None:
         if not self.ready:
             msg = f"client {self.peer} sent data before completing the handshake"
             raise WireFormatError(msg)
@@ -423,7 +423,7 @@ class ClientProtocol:
         """
         replies: list[bytes] = []
         for item in self._decoder.feed(data):
-            if type(item) is list:
+            if type(item) is MessageBatch:
                 msg = f"server {self._peer} sent data frames to a client"
                 raise WireFormatError(msg)
             if isinstance(item, Receipt):

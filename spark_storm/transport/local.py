@@ -23,7 +23,7 @@ from spark_storm.config import (
 )
 from spark_storm.errors import ConnectionClosedError, SendTimeoutError, TransportError
 from spark_storm.messaging.api import CallbackLike, IConnection, IContext
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import check_messages
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 
@@ -109,7 +109,7 @@ class LocalClient(ClientBase):
             if server is None:
                 self._hold(batch)
                 return
-            server.deliver(batch)
+            server.deliver(MessageBatch.of(batch))
             self._sent += len(batch)
 
     def _hold(self, batch: list[TaskMessage]) -> None:
@@ -128,7 +128,7 @@ class LocalClient(ClientBase):
                 return
             server = self._wait_for_server()
             self._flush_pending_locked(server)
-            server.deliver(batch)
+            server.deliver(MessageBatch.of(batch))
             self._sent += len(batch)
             return
         self._pending.extend(batch)
@@ -151,7 +151,7 @@ class LocalClient(ClientBase):
     def _flush_pending_locked(self, server: LocalServer) -> None:
         if self._pending:
             pending, self._pending = self._pending, []
-            server.deliver(pending)
+            server.deliver(MessageBatch.of(pending))
             self._sent += len(pending)
 
     def flush_pending(self, server: LocalServer) -> None:

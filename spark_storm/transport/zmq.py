@@ -363,9 +363,7 @@ class ZmqClient(ClientBase):
                     self._wake_pending = False
                     while self._control_out:
                         out.append(self._control_out.popleft())
-                    chunks = self._session.take_outbox()
-                    if chunks:
-                        out.append(b"".join(chunks))
+                    out.extend(self._session.take_outbox())  # one zero-copy message a batch
                 while out:
                     if not self._try_send(out[0]):
                         break

@@ -26,6 +26,7 @@ from spark_storm.messaging import (
     ConnectionStatus,
     IConnection,
     IContext,
+    MessageBatch,
     TaskMessage,
 )
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
@@ -117,7 +118,7 @@ def test_order_is_kept_per_client_with_many_clients(net: Net) -> None:
     got: list[TaskMessage] = []
     lock = threading.Lock()
 
-    def on_batch(batch: list[TaskMessage]) -> None:
+    def on_batch(batch: MessageBatch) -> None:
         with lock:
             got.extend(batch)
 
@@ -313,7 +314,7 @@ def test_callback_error_is_counted_and_serving_goes_on(net: Net) -> None:
     sctx, cctx = net.pair()
     got: list[TaskMessage] = []
 
-    def flaky(batch: list[TaskMessage]) -> None:
+    def flaky(batch: MessageBatch) -> None:
         if any(m.payload == b"boom" for m in batch):
             msg = "bolt exploded"
             raise RuntimeError(msg)
@@ -381,7 +382,7 @@ def test_block_policy_holds_the_sender_without_loss_or_unbounded_memory(net: Net
     gate = threading.Event()
     got: list[TaskMessage] = []
 
-    def slow(batch: list[TaskMessage]) -> None:
+    def slow(batch: MessageBatch) -> None:
         gate.wait(30)
         got.extend(batch)
 

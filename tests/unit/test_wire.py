@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_storm.errors import WireFormatError
-from spark_storm.messaging import BackpressureStatus, TaskMessage
+from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
     Auth,
     BatchAck,
@@ -74,7 +74,7 @@ items = st.lists(st.one_of(messages, controls), max_size=12)
 def _flatten(decoded: Sequence[object]) -> list[object]:
     out: list[object] = []
     for item in decoded:
-        if isinstance(item, list):
+        if isinstance(item, MessageBatch):
             out.extend(item)
         else:
             out.append(item)
