@@ -466,3 +466,17 @@ def test_a_client_for_another_topology_is_refused(variant: str, tmp_path: Path) 
     finally:
         for ctx in net.made:
             ctx.term()
+
+
+def test_close_flushes_what_was_sent(net: Net) -> None:
+    sctx, cctx = net.pair()
+    got: list[TaskMessage] = []
+    with sctx.bind(TOPO, 0, got.extend) as server:
+        client = _connect(cctx, server)
+        assert client.wait_ready(10)
+        for k in range(50):
+            client.send(_msgs(1, 100, 100 * k, pad=50))
+        client.close()  # graceful: waits (bounded) until the server has everything
+        assert client.metrics()["lost"] == 0
+        wait_until(lambda: len(got) == 5000, what="everything sent before close")
+        assert got == _msgs(1, 5000, pad=50)

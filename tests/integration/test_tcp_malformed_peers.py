@@ -61,7 +61,7 @@ GARBAGE = {
 
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 def test_garbage_closes_that_peer_only(
-    served: tuple[IContext, IConnection, list[TaskMessage]], name: str
+    served: tuple[IContext, IConnection, list[TaskMessage]], name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     ctx, server, got = served
     good = ctx.connect("t", "127.0.0.1", server.port)
@@ -71,6 +71,8 @@ def test_garbage_closes_that_peer_only(
     if name != "truncated":
         assert struct.unpack(">h", reply[:2])[0] in (-701, -400)
     wait_until(lambda: server.metrics()["protocol_errors"] >= 1, what="the error to be counted")
+    # Logged with the peer and the reason.
+    assert any("closing connection from 127.0.0.1:" in r.getMessage() for r in caplog.records)
     good.send(TaskMessage(3, b"still served"))
     wait_until(lambda: got == [TaskMessage(3, b"still served")], what="the good client to be served")
     assert server.metrics()["received"] == 1
@@ -85,3 +87,29 @@ def test_silent_peer_is_dropped_after_the_handshake_deadline(
         sock.settimeout(5)
         data = sock.recv(4096)
         assert b"handshake not completed in time" in data
+
+
+def test_zmq_server_refuses_a_garbage_peer_and_serves_the_rest() -> None:
+    import zmq
+
+    ctx = make_context({"storm.messaging.transport": "zmq"})
+    got: list[TaskMessage] = []
+    server = ctx.bind("t", 0, got.extend)
+    good = ctx.connect("t", "127.0.0.1", server.port)
+    assert good.wait_ready(10)
+    raw = zmq.Context()
+    dealer = raw.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.connect(f"tcp://127.0.0.1:{server.port}")
+    try:
+        for junk in GARBAGE.values():
+            dealer.send(junk)
+        wait_until(lambda: server.metrics()["protocol_errors"] >= 5, what="garbage to be refused")
+        assert dealer.poll(5000)
+        assert struct.unpack(">h", dealer.recv()[:2])[0] in (-400, -701)
+        good.send(TaskMessage(2, b"fine"))
+        wait_until(lambda: got == [TaskMessage(2, b"fine")], what="the good client to be served")
+    finally:
+        dealer.close()
+        raw.term()
+        ctx.term()
