@@ -10,21 +10,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Self
 
 from spark_storm.config import STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
-from spark_storm.errors import ConnectionClosedError, UnsupportedOperationError
+from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
     CallbackLike,
     IConnection,
     IConnectionCallback,
+    IContext,
     as_callback,
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 
-__all__ = ["ClientBase", "ServerBase", "as_batch"]
+__all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -283,3 +284,68 @@ class ClientBase(_Side):
 
     def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
         self._wrong_side("recv")
+
+
+class TrackingContext(IContext):
+    """Context base for the socket transports: builds connections, tracks them, closes them in term()."""
+
+    def __init__(self, conf: Config) -> None:
+        self.conf = conf
+        conf.auth_secret()  # fail now, not on the first connection, when the secret file is bad
+        self._lock = threading.Lock()
+        self._connections: list[IConnection] = []
+        self._terminated = False
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> Self:
+        return cls(Config.of(conf))
+
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+        raise NotImplementedError  # pragma: no cover - every subclass overrides it
+
+    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+        raise NotImplementedError  # pragma: no cover - every subclass overrides it
+
+    def _release(self) -> None:
+        """Free transport-wide resources after every connection closed (hook)."""
+
+    def _check_open(self, call: str) -> None:
+        if self._terminated:
+            msg = f"{call} on a terminated {self.alias} context"
+            raise ConnectionClosedError(msg)
+
+    def _track(self, conn: IConnection) -> IConnection:
+        with self._lock:
+            if self._terminated:
+                conn.close()
+                msg = f"the {self.alias} context was terminated"
+                raise ConnectionClosedError(msg)
+            self._connections.append(conn)
+        return conn
+
+    def forget(self, conn: IConnection) -> None:
+        """Stop tracking a connection that closed itself."""
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+        self._check_open("bind")
+        return self._track(self._new_server(topology_id, port, callback))
+
+    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+        self._check_open("connect")
+        if not 0 < port <= 65535:
+            msg = f"cannot connect to port {port}: ports are 1..65535"
+            raise TransportError(msg)
+        return self._track(self._new_client(topology_id, host, port))
+
+    def term(self) -> None:
+        with self._lock:
+            if self._terminated:
+                return
+            self._terminated = True
+            conns = list(self._connections)
+        for conn in conns:
+            conn.close()
+        self._release()

@@ -28,44 +28,34 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from spark_storm.config import (
     STORM_BIND_HOST,
     STORM_HANDSHAKE_TIMEOUT_MS,
     STORM_MAX_FRAME_BYTES,
-    STORM_OVERFLOW_POLICY,
-    STORM_SEND_TIMEOUT_MS,
     STORM_SERVER_SESSIONS_MAX,
     TCP_BACKLOG,
-    TCP_BATCH_BYTES,
     TCP_BUFFER_SIZE,
     TCP_CONNECT_TIMEOUT_MS,
     TCP_FLUSH_INTERVAL_MS,
-    TCP_FLUSH_TIMEOUT_MS,
-    TCP_HIGH_WATERMARK,
-    TCP_LOW_WATERMARK,
     TCP_MAX_RETRIES,
-    TCP_MAX_WAIT_MS,
-    TCP_MIN_WAIT_MS,
-    Config,
     is_loopback_host,
 )
 from spark_storm.errors import (
     AuthenticationError,
-    ConfigError,
     ConnectionBrokenError,
     ConnectionClosedError,
     TransportError,
     WireFormatError,
 )
-from spark_storm.messaging.api import CallbackLike, IConnection, IContext
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.api import CallbackLike, IConnection
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus
 from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
-from spark_storm.transport._backoff import Backoff
-from spark_storm.transport._base import ClientBase, ServerBase, as_batch
-from spark_storm.transport._session import ClientProtocol, ClientSession, ServerPeer, SessionTable
+from spark_storm.transport._base import ServerBase, TrackingContext
+from spark_storm.transport._client import JOIN_TIMEOUT_S, SessionClient
+from spark_storm.transport._session import ClientProtocol, ServerPeer, SessionTable
 from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
@@ -73,7 +63,6 @@ __all__ = ["Context"]
 logger = logging.getLogger(__name__)
 
 _READ_SIZE = 262144
-_JOIN_TIMEOUT_S = 5.0
 
 
 class _ServerConn:
@@ -286,129 +275,22 @@ class TcpServer(ServerBase):
             return
         self._waker.poke()
         if threading.current_thread() is not self._thread:
-            self._thread.join(_JOIN_TIMEOUT_S)
+            self._thread.join(JOIN_TIMEOUT_S)
         self._context.forget(self)
         logger.info("closed %s", self.describe())
 
 
-class TcpClient(ClientBase):
+class TcpClient(SessionClient):
     """One client connection with its own I/O thread (connect, handshake, write, reconnect)."""
 
     def __init__(self, context: Context, topology_id: str, host: str, port: int) -> None:
-        super().__init__(topology_id, host, port)
+        super().__init__(context, topology_id, host, port, f"{host}:{port}")
         conf = context.conf
-        self._context = context
-        self._peer = f"{host}:{port}"
-        high = conf.get_int(TCP_HIGH_WATERMARK, minimum=1)
-        low = conf.get_int(TCP_LOW_WATERMARK, minimum=0)
-        if low > high:
-            msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
-            raise ConfigError(msg)
-        self._session = ClientSession(
-            high,
-            low,
-            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
-            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
-            self._peer,
-        )
-        self._secret = conf.auth_secret()
-        self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
-        self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)
         self._flush_interval = conf.get_int(TCP_FLUSH_INTERVAL_MS, minimum=0) / 1000
-        self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
         self._connect_timeout = conf.get_int(TCP_CONNECT_TIMEOUT_MS, minimum=1) / 1000
-        self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._max_retries = conf.get_int(TCP_MAX_RETRIES, minimum=-1)
         self._bufsize = conf.get_int(TCP_BUFFER_SIZE, minimum=4096)
-        self._backoff = Backoff(
-            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
-        )
-        self._status = ConnectionStatus.CONNECTING
-        self._status_cond = threading.Condition()
-        self._closing = threading.Event()
-        self._control_out: deque[bytes] = deque()
-        self._waker = Waker()
-        self._wake_pending = False
-        self._reconnects = 0
-        self._connects = 0
-        self._received_frames = 0
-        self.last_error: str | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"spark-storm-tcp-client-{self._peer}", daemon=True
-        )
-        self._thread.start()
-
-    @property
-    def status(self) -> ConnectionStatus:
-        return self._status
-
-    def _set_status(self, status: ConnectionStatus) -> None:
-        with self._status_cond:
-            self._status = status
-            self._status_cond.notify_all()
-
-    # --- caller threads -------------------------------------------------------------
-    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
-        batch = as_batch(messages)
-        if not batch:
-            return
-        if self._status is ConnectionStatus.CLOSED:
-            msg = f"send on closed {self.describe()}" + (f" ({self.last_error})" if self.last_error else "")
-            raise ConnectionClosedError(msg)
-        waiting, was_empty = self._session.admit(batch)
-        # Wake the writer when it may be idle (first chunk) or a full batch is waiting;
-        # the flag saves a syscall per send while a wake is already on its way.
-        if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
-            self._wake_pending = True
-            self._waker.poke()
-
-    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
-        if self._status is ConnectionStatus.CLOSED:
-            msg = f"send_load_metrics on closed {self.describe()}"
-            raise ConnectionClosedError(msg)
-        self._control_out.append(encode_control(LoadMetrics(dict(loads))))
-        self._waker.poke()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        self._wake_pending = True
-        self._waker.poke()
-        return self._session.wait_acked(timeout)
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._status_cond:
-            while self._status is ConnectionStatus.CONNECTING:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._status_cond.wait(remaining)
-            return self._status is ConnectionStatus.READY
-
-    def metrics(self) -> dict[str, Any]:
-        s = self._session
-        return {
-            "sent": s.sent,
-            "received": self._received_frames,
-            "lost": s.lost,
-            "pending": s.pending,
-            "pending_bytes": s.pending_bytes,
-            "resent": s.resent,
-            "blocked": s.blocked,
-            "reconnects": self._reconnects,
-            "dest": self._peer,
-            "src": self.topology_id,
-            "status": self._status.value,
-            "last_error": self.last_error,
-        }
-
-    def close(self) -> None:
-        if self._closing.is_set():
-            return
-        self._closing.set()
-        self._waker.poke()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(self._flush_timeout + _JOIN_TIMEOUT_S)
-        self._context.forget(self)
+        self._start(f"spark-storm-tcp-client-{self._peer}")
 
     # --- I/O thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -450,20 +332,11 @@ class TcpClient(ClientBase):
                         logger.warning("%s: connection lost: %s; reconnecting", self.describe(), exc)
                 finally:
                     sock.close()
-                    if self._status is ConnectionStatus.READY:
-                        self._set_status(ConnectionStatus.CONNECTING)
+                    self._mark_connecting()
         except Exception:
             logger.exception("%s: I/O thread failed", self.describe())
         finally:
-            lost = self._session.close()
-            if lost:
-                logger.error(
-                    "%s closed with %d messages not acknowledged by the server (counted as lost)",
-                    self.describe(),
-                    lost,
-                )
-            self._set_status(ConnectionStatus.CLOSED)
-            self._waker.close()
+            self._finish()
 
     def _connect(self) -> socket.socket | None:
         try:
@@ -525,12 +398,7 @@ class TcpClient(ClientBase):
                     else:
                         self._read(sock, proto, out)
                 if proto.ready and self._status is not ConnectionStatus.READY:
-                    if self._connects:
-                        self._reconnects += 1
-                    self._connects += 1
-                    self.last_error = None
-                    self._set_status(ConnectionStatus.READY)
-                    logger.info("%s: ready", self.describe())
+                    self._mark_ready()
                     flush_at = time.monotonic()  # replay the resend buffer now
                 elif proto.ready and flush_at is None and self._session.outbox_bytes:
                     flush_at = self._next_flush()
@@ -566,7 +434,7 @@ class TcpClient(ClientBase):
             raise ConnectionBrokenError(msg)
         for reply in proto.on_bytes(data):
             out += reply
-        self._received_frames += 1
+        self._received += 1
 
     def _say_goodbye(self, sock: socket.socket, out: bytearray) -> None:
         out += encode_control(Close())
@@ -580,58 +448,14 @@ class TcpClient(ClientBase):
                 logger.debug("%s: goodbye failed: %s", self.describe(), exc)
 
 
-class Context(IContext):
+class Context(TrackingContext):
     """The tcp transport's context: tracks its servers and clients so ``term()`` closes them."""
 
     alias: ClassVar[str] = "tcp"
     crosses_processes: ClassVar[bool] = True
 
-    def __init__(self, conf: Config) -> None:
-        self.conf = conf
-        conf.auth_secret()  # fail now, not on the first connection, when the secret file is bad
-        self._lock = threading.Lock()
-        self._connections: list[IConnection] = []
-        self._terminated = False
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+        return TcpServer(self, topology_id, port, callback)
 
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> Context:
-        return cls(Config.of(conf))
-
-    def _track(self, conn: IConnection) -> None:
-        with self._lock:
-            if self._terminated:
-                conn.close()
-                msg = "the tcp context was terminated"
-                raise ConnectionClosedError(msg)
-            self._connections.append(conn)
-
-    def forget(self, conn: IConnection) -> None:
-        with self._lock:
-            if conn in self._connections:
-                self._connections.remove(conn)
-
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
-        if self._terminated:
-            msg = "bind on a terminated tcp context"
-            raise ConnectionClosedError(msg)
-        server = TcpServer(self, topology_id, port, callback)
-        self._track(server)
-        return server
-
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
-        if self._terminated:
-            msg = "connect on a terminated tcp context"
-            raise ConnectionClosedError(msg)
-        if not 0 < port <= 65535:
-            msg = f"cannot connect to port {port}: ports are 1..65535"
-            raise TransportError(msg)
-        client = TcpClient(self, topology_id, host, port)
-        self._track(client)
-        return client
-
-    def term(self) -> None:
-        with self._lock:
-            self._terminated = True
-            conns = list(self._connections)
-        for conn in conns:
-            conn.close()
+    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+        return TcpClient(self, topology_id, host, port)

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import zmq
@@ -31,17 +31,9 @@ from zmq.utils.monitor import recv_monitor_message
 
 from spark_storm.config import (
     STORM_BIND_HOST,
-    STORM_HANDSHAKE_TIMEOUT_MS,
     STORM_LOCAL_MODE_ZMQ,
     STORM_MAX_FRAME_BYTES,
-    STORM_OVERFLOW_POLICY,
-    STORM_SEND_TIMEOUT_MS,
     STORM_SERVER_SESSIONS_MAX,
-    TCP_FLUSH_TIMEOUT_MS,
-    TCP_HIGH_WATERMARK,
-    TCP_LOW_WATERMARK,
-    TCP_MAX_WAIT_MS,
-    TCP_MIN_WAIT_MS,
     ZMQ_HWM,
     ZMQ_IPC_DIR,
     ZMQ_LINGER_MILLIS,
@@ -56,19 +48,18 @@ from spark_storm.errors import (
     TransportError,
     WireFormatError,
 )
-from spark_storm.messaging.api import CallbackLike, IConnection, IContext
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
+from spark_storm.messaging.api import CallbackLike, IConnection
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus
 from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
-from spark_storm.transport._backoff import Backoff
-from spark_storm.transport._base import ClientBase, ServerBase, as_batch
-from spark_storm.transport._session import ClientProtocol, ClientSession, ServerPeer, SessionTable
+from spark_storm.transport._base import ServerBase, TrackingContext
+from spark_storm.transport._client import JOIN_TIMEOUT_S, SessionClient
+from spark_storm.transport._session import ClientProtocol, ServerPeer, SessionTable
 from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
 
 logger = logging.getLogger(__name__)
 
-_JOIN_TIMEOUT_S = 5.0
 _MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 
@@ -198,44 +189,18 @@ class ZmqServer(ServerBase):
             return
         self._waker.poke()
         if threading.current_thread() is not self._thread:
-            self._thread.join(_JOIN_TIMEOUT_S)
+            self._thread.join(JOIN_TIMEOUT_S)
         self._context.forget(self)
         logger.info("closed %s", self.describe())
 
 
-class ZmqClient(ClientBase):
+class ZmqClient(SessionClient):
     """A DEALER socket with its own I/O thread; zmq reconnects, we re-handshake and resend."""
 
     def __init__(self, context: Context, topology_id: str, host: str, port: int) -> None:
-        super().__init__(topology_id, host, port)
-        conf = context.conf
-        self._context = context
-        self._endpoint = context.endpoint_for(topology_id, host, port)
-        self._peer = self._endpoint
-        self._session = ClientSession(
-            conf.get_int(TCP_HIGH_WATERMARK, minimum=1),
-            conf.get_int(TCP_LOW_WATERMARK, minimum=0),
-            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
-            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
-            self._peer,
-        )
-        self._secret = conf.auth_secret()
-        self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
-        self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
-        self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
-        self._backoff = Backoff(
-            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
-        )
-        self._status = ConnectionStatus.CONNECTING
-        self._status_cond = threading.Condition()
-        self._closing = threading.Event()
-        self._control_out: deque[bytes] = deque()
-        self._waker = Waker()
-        self._wake_pending = False
-        self._reconnects = 0
-        self._connects = 0
-        self._received = 0
-        self.last_error: str | None = None
+        endpoint = context.endpoint_for(topology_id, host, port)
+        super().__init__(context, topology_id, host, port, endpoint)
+        self._endpoint = endpoint
         sock = context.zmq.socket(zmq.DEALER)
         # Routing ids must not start with a zero byte (reserved by libzmq).
         sock.setsockopt(zmq.ROUTING_ID, b"S" + self._session.session_id)
@@ -246,84 +211,12 @@ class ZmqClient(ClientBase):
         sock.setsockopt(zmq.RECONNECT_IVL, max(1, self._backoff.min_ms))
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(1, self._backoff.max_ms))
         self._monitor = sock.get_monitor_socket(_MONITOR_EVENTS)
-        sock.connect(self._endpoint)
+        sock.connect(endpoint)
         self._sock = sock
-        self._thread = threading.Thread(
-            target=self._run, name=f"spark-storm-zmq-client-{self._endpoint}", daemon=True
-        )
-        self._thread.start()
+        self._start(f"spark-storm-zmq-client-{endpoint}")
 
     def describe(self) -> str:
         return f"zmq client to {self._endpoint} ({self.topology_id})"
-
-    @property
-    def status(self) -> ConnectionStatus:
-        return self._status
-
-    def _set_status(self, status: ConnectionStatus) -> None:
-        with self._status_cond:
-            self._status = status
-            self._status_cond.notify_all()
-
-    # --- caller threads -------------------------------------------------------------
-    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
-        batch = as_batch(messages)
-        if not batch:
-            return
-        if self._status is ConnectionStatus.CLOSED:
-            msg = f"send on closed {self.describe()}"
-            raise ConnectionClosedError(msg)
-        _, was_empty = self._session.admit(batch)
-        if was_empty and not self._wake_pending:
-            self._wake_pending = True
-            self._waker.poke()
-
-    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
-        if self._status is ConnectionStatus.CLOSED:
-            msg = f"send_load_metrics on closed {self.describe()}"
-            raise ConnectionClosedError(msg)
-        self._control_out.append(encode_control(LoadMetrics(dict(loads))))
-        self._waker.poke()
-
-    def flush(self, timeout: float | None = None) -> bool:
-        self._waker.poke()
-        return self._session.wait_acked(timeout)
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._status_cond:
-            while self._status is ConnectionStatus.CONNECTING:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._status_cond.wait(remaining)
-            return self._status is ConnectionStatus.READY
-
-    def metrics(self) -> dict[str, Any]:
-        s = self._session
-        return {
-            "sent": s.sent,
-            "received": self._received,
-            "lost": s.lost,
-            "pending": s.pending,
-            "pending_bytes": s.pending_bytes,
-            "resent": s.resent,
-            "blocked": s.blocked,
-            "reconnects": self._reconnects,
-            "dest": self._endpoint,
-            "src": self.topology_id,
-            "status": self._status.value,
-            "last_error": self.last_error,
-        }
-
-    def close(self) -> None:
-        if self._closing.is_set():
-            return
-        self._closing.set()
-        self._waker.poke()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(self._flush_timeout + _JOIN_TIMEOUT_S)
-        self._context.forget(self)
 
     # --- I/O thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -385,24 +278,16 @@ class ZmqClient(ClientBase):
                         self.last_error = str(exc)
                         logger.warning("%s: %s; handshaking again", self.describe(), exc)
                         proto = None
-                        self._set_status(ConnectionStatus.CONNECTING)
+                        self._mark_connecting()
         except zmq.ContextTerminated:
             pass
         except Exception:
             logger.exception("%s: I/O thread failed", self.describe())
         finally:
-            lost = self._session.close()
-            if lost:
-                logger.error(
-                    "%s closed with %d messages not acknowledged by the server (counted as lost)",
-                    self.describe(),
-                    lost,
-                )
-            self._set_status(ConnectionStatus.CLOSED)
             self._sock.disable_monitor()
             self._monitor.close(0)
             self._sock.close()
-            self._waker.close()
+            self._finish()
 
     def _try_send(self, data: bytes) -> bool:
         try:
@@ -427,7 +312,7 @@ class ZmqClient(ClientBase):
                 proto = None
                 if self._status is ConnectionStatus.READY:
                     logger.warning("%s: disconnected; zmq reconnects, we will resend", self.describe())
-                    self._set_status(ConnectionStatus.CONNECTING)
+                self._mark_connecting()
 
     def _read_all(
         self, proto: ClientProtocol | None, retry_at: float | None, attempt: int, out: deque[bytes]
@@ -449,36 +334,23 @@ class ZmqClient(ClientBase):
                 return proto, time.monotonic() + self._backoff.delay_ms(attempt) / 1000, attempt
             if proto.ready and self._status is not ConnectionStatus.READY:
                 attempt = 0
-                if self._connects:
-                    self._reconnects += 1
-                self._connects += 1
-                self.last_error = None
-                self._set_status(ConnectionStatus.READY)
-                logger.info("%s: ready", self.describe())
+                self._mark_ready()
 
 
-class Context(IContext):
+class Context(TrackingContext):
     """The zmq transport's context: one ``zmq.Context`` and the connections made with it."""
 
     alias: ClassVar[str] = "zmq"
     crosses_processes: ClassVar[bool] = True
 
     def __init__(self, conf: Config) -> None:
-        self.conf = conf
-        conf.auth_secret()  # fail now when the secret file is bad
+        super().__init__(conf)
         self.zmq = zmq.Context(io_threads=conf.get_int(ZMQ_THREADS, minimum=1))
         self.linger_ms = conf.get_int(ZMQ_LINGER_MILLIS, minimum=-1)
         self.hwm = conf.get_int(ZMQ_HWM, minimum=0)
         self.local_mode = conf.get_bool(STORM_LOCAL_MODE_ZMQ)
         self.bind_host = conf.get_str(STORM_BIND_HOST)
         self._ipc_dir = conf.get_optional_str(ZMQ_IPC_DIR) or tempfile.gettempdir()
-        self._lock = threading.Lock()
-        self._connections: list[IConnection] = []
-        self._terminated = False
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, Any]) -> Context:
-        return cls(Config.of(conf))
 
     def _ipc_endpoint(self, topology_id: str, port: int) -> str:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in topology_id)
@@ -517,51 +389,16 @@ class Context(IContext):
         sock.bind(f"tcp://{shown}:{port}")
         return f"tcp://{shown}:{port}", port
 
-    def _track(self, conn: IConnection) -> None:
-        with self._lock:
-            if self._terminated:
-                conn.close()
-                msg = "the zmq context was terminated"
-                raise ConnectionClosedError(msg)
-            self._connections.append(conn)
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+        return ZmqServer(self, topology_id, port, callback)
 
-    def forget(self, conn: IConnection) -> None:
-        with self._lock:
-            if conn in self._connections:
-                self._connections.remove(conn)
+    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+        return ZmqClient(self, topology_id, host, port)
 
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
-        if self._terminated:
-            msg = "bind on a terminated zmq context"
-            raise ConnectionClosedError(msg)
-        server = ZmqServer(self, topology_id, port, callback)
-        self._track(server)
-        return server
-
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
-        if self._terminated:
-            msg = "connect on a terminated zmq context"
-            raise ConnectionClosedError(msg)
-        if not 0 < port <= 65535:
-            msg = f"cannot connect to port {port}: ports are 1..65535"
-            raise TransportError(msg)
-        client = ZmqClient(self, topology_id, host, port)
-        self._track(client)
-        return client
-
-    def term(self) -> None:
-        with self._lock:
-            if self._terminated:
-                return
-            self._terminated = True
-            conns = list(self._connections)
-        for conn in conns:
-            conn.close()
-        # Every socket is closed by its thread above; term() returns once they are.
+    def _release(self) -> None:
+        # Every socket was closed by its own thread; term() returns once they are.
         done = threading.Thread(target=self.zmq.term, name="spark-storm-zmq-term", daemon=True)
         done.start()
-        done.join(_JOIN_TIMEOUT_S)
+        done.join(JOIN_TIMEOUT_S)
         if done.is_alive():
-            logger.error(
-                "zmq context did not terminate within %.0fs; a socket was left open", _JOIN_TIMEOUT_S
-            )
+            logger.error("zmq context did not terminate within %.0fs; a socket was left open", JOIN_TIMEOUT_S)

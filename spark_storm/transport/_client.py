@@ -1,0 +1,196 @@
+"""What the tcp and zmq clients share: the caller-facing half of a session client.
+
+A subclass owns the I/O thread (``_run``): it connects, runs a :class:`ClientProtocol`,
+writes what :meth:`ClientSession.take_outbox` hands it, and calls :meth:`_mark_ready`,
+:meth:`_mark_connecting` and finally :meth:`_finish`.  Everything a caller's thread
+touches (send, flush, status, metrics, close) lives here, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from spark_storm.config import (
+    STORM_HANDSHAKE_TIMEOUT_MS,
+    STORM_MAX_FRAME_BYTES,
+    STORM_OVERFLOW_POLICY,
+    STORM_SEND_TIMEOUT_MS,
+    TCP_BATCH_BYTES,
+    TCP_FLUSH_TIMEOUT_MS,
+    TCP_HIGH_WATERMARK,
+    TCP_LOW_WATERMARK,
+    TCP_MAX_WAIT_MS,
+    TCP_MIN_WAIT_MS,
+    Config,
+)
+from spark_storm.errors import ConfigError, ConnectionClosedError
+from spark_storm.messaging.api import IConnection
+from spark_storm.messaging.message import ConnectionStatus, TaskMessage
+from spark_storm.messaging.wire import LoadMetrics, encode_control
+from spark_storm.transport._backoff import Backoff
+from spark_storm.transport._base import ClientBase, as_batch
+from spark_storm.transport._session import ClientSession
+from spark_storm.transport._wake import Waker
+
+__all__ = ["SessionClient"]
+
+logger = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 5.0
+
+
+class _Owner(Protocol):
+    conf: Config
+
+    def forget(self, conn: IConnection) -> None: ...
+
+
+class SessionClient(ClientBase):
+    """Base of the socket clients: session, status, wake-ups and the caller-side calls."""
+
+    def __init__(self, context: _Owner, topology_id: str, host: str, port: int, peer: str) -> None:
+        super().__init__(topology_id, host, port)
+        conf = context.conf
+        self._context = context
+        self._peer = peer
+        high = conf.get_int(TCP_HIGH_WATERMARK, minimum=1)
+        low = conf.get_int(TCP_LOW_WATERMARK, minimum=0)
+        if low > high:
+            msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
+            raise ConfigError(msg)
+        self._session = ClientSession(
+            high,
+            low,
+            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
+            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
+            peer,
+        )
+        self._secret = conf.auth_secret()
+        self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
+        self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)
+        self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
+        self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
+        self._backoff = Backoff(
+            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
+        )
+        self._status = ConnectionStatus.CONNECTING
+        self._status_cond = threading.Condition()
+        self._closing = threading.Event()
+        self._control_out: deque[bytes] = deque()
+        self._waker = Waker()
+        self._wake_pending = False
+        self._reconnects = 0
+        self._connects = 0
+        self._received = 0
+        self.last_error: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def _start(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    # --- status, for the I/O thread -------------------------------------------------
+    @property
+    def status(self) -> ConnectionStatus:
+        return self._status
+
+    def _set_status(self, status: ConnectionStatus) -> None:
+        with self._status_cond:
+            self._status = status
+            self._status_cond.notify_all()
+
+    def _mark_ready(self) -> None:
+        if self._connects:
+            self._reconnects += 1
+        self._connects += 1
+        self.last_error = None
+        self._set_status(ConnectionStatus.READY)
+        logger.info("%s: ready", self.describe())
+
+    def _mark_connecting(self) -> None:
+        if self._status is ConnectionStatus.READY:
+            self._set_status(ConnectionStatus.CONNECTING)
+
+    def _finish(self) -> None:
+        """Close the session, log what could not be delivered, and report CLOSED."""
+        lost = self._session.close()
+        if lost:
+            logger.error(
+                "%s closed with %d messages not acknowledged by the server (counted as lost)",
+                self.describe(),
+                lost,
+            )
+        self._set_status(ConnectionStatus.CLOSED)
+        self._waker.close()
+
+    # --- caller threads -------------------------------------------------------------
+    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
+        batch = as_batch(messages)
+        if not batch:
+            return
+        if self._status is ConnectionStatus.CLOSED:
+            why = f" ({self.last_error})" if self.last_error else ""
+            msg = f"send on closed {self.describe()}{why}"
+            raise ConnectionClosedError(msg)
+        waiting, was_empty = self._session.admit(batch)
+        # Wake the writer when it may be idle (first chunk) or a full batch is waiting;
+        # the flag saves a syscall per send while a wake is already on its way.
+        if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
+            self._wake_pending = True
+            self._waker.poke()
+
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"send_load_metrics on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        self._control_out.append(encode_control(LoadMetrics(dict(loads))))
+        self._waker.poke()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        self._wake_pending = True
+        self._waker.poke()
+        return self._session.wait_acked(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._status_cond:
+            while self._status is ConnectionStatus.CONNECTING:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._status_cond.wait(remaining)
+            return self._status is ConnectionStatus.READY
+
+    def metrics(self) -> dict[str, Any]:
+        s = self._session
+        return {
+            "sent": s.sent,
+            "received": self._received,
+            "lost": s.lost,
+            "pending": s.pending,
+            "pending_bytes": s.pending_bytes,
+            "resent": s.resent,
+            "blocked": s.blocked,
+            "reconnects": self._reconnects,
+            "dest": self._peer,
+            "src": self.topology_id,
+            "status": self._status.value,
+            "last_error": self.last_error,
+        }
+
+    def close(self) -> None:
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._waker.poke()
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(self._flush_timeout + JOIN_TIMEOUT_S)
+        self._context.forget(self)
