@@ -3,6 +3,9 @@
 Commands
 --------
 demo            send messages through a transport between two processes, with live progress
+worker          run one worker process of a topology
+local-cluster   run N worker processes on loopback until Ctrl-C
+topology plan   print a topology's tasks, executors and the worker each runs on
 config          print the effective configuration (defaults + --conf file)
 version         print the version
 """
@@ -10,8 +13,10 @@ version         print the version
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import multiprocessing as mp
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -19,7 +24,7 @@ from typing import Any
 
 from spark_storm import __version__
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, load_config
-from spark_storm.errors import StormError
+from spark_storm.errors import ConfigError, StormError
 from spark_storm.messaging import MessageBatch, TaskMessage
 from spark_storm.transport import TRANSPORT_ALIASES, make_context
 
@@ -113,6 +118,63 @@ def _config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overrides(pairs: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            msg = f"--set expects key=value, got {pair!r}"
+            raise ConfigError(msg)
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from spark_storm.worker.cluster import run_worker
+
+    conf = load_config(args.conf, _overrides(args.set))
+    return run_worker(args.topology, args.host, args.port, args.workers, conf)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from spark_storm.topology import load_topology, plan
+
+    topo = load_topology(args.file)
+    print(plan(topo, args.workers).describe() if args.workers else plan(topo).describe())
+    return 0
+
+
+def _local_cluster(args: argparse.Namespace) -> int:
+    from spark_storm.worker.cluster import LocalCluster
+
+    cluster = LocalCluster(args.topology, args.workers, args.conf, _overrides(args.set))
+    print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    cluster.start()
+    print(cluster.plan.describe())
+    for slot in cluster.slots:
+        hb = cluster.heartbeat(slot) or {}
+        print(
+            f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics"
+        )
+    print("running; Ctrl-C stops every worker (ordered shutdown)", flush=True)
+    while not stop["now"] and all(p.poll() is None for p in cluster.procs.values()):
+        time.sleep(0.2)
+    codes = cluster.stop()
+    for slot, code in codes.items():
+        print(f"worker {slot} exited with {code}")
+    return 0 if all(c == 0 for c in codes.values()) else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-storm", description="Storm-style workers fed by Spark")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
@@ -125,6 +187,26 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch", type=int, default=1000, help="messages per send()")
     demo.add_argument("--conf", help="a storm.yaml with overrides")
     demo.set_defaults(func=_demo)
+    worker = sub.add_parser("worker", help="run one worker process of a topology")
+    worker.add_argument("--topology", required=True, help="topology YAML")
+    worker.add_argument("--port", type=int, required=True)
+    worker.add_argument("--host", default="127.0.0.1", help="this worker's host in the slot list")
+    worker.add_argument("--workers", help="all slots host:port,... (default: the topology's 'workers')")
+    worker.add_argument("--conf", help="a storm.yaml with overrides")
+    worker.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    worker.set_defaults(func=_worker)
+    cluster = sub.add_parser("local-cluster", help="run N workers on loopback until Ctrl-C")
+    cluster.add_argument("--topology", required=True, help="topology YAML")
+    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--conf", help="a storm.yaml with overrides")
+    cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    cluster.set_defaults(func=_local_cluster)
+    topology = sub.add_parser("topology", help="topology tools")
+    tsub = topology.add_subparsers(dest="topology_command", required=True)
+    tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")
+    tplan.add_argument("file", help="topology YAML")
+    tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
+    tplan.set_defaults(func=_plan)
     config = sub.add_parser("config", help="print the effective configuration")
     config.add_argument("--conf", help="a storm.yaml with overrides")
     config.set_defaults(func=_config)

@@ -69,6 +69,13 @@ _OWNED_PREFIXES: Final = (
     "storm.messaging.send.",
     "storm.messaging.zmq.",
     "zmq.",
+    "topology.receiver.",
+    "topology.executor.",
+    "topology.backpressure.",
+    "topology.transfer.",
+    "topology.worker.",
+    "topology.serializer",
+    "worker.",
 )
 
 

@@ -1,0 +1,1 @@
+"""Example bolts used by conf/topologies/*.yaml."""

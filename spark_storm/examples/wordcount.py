@@ -1,0 +1,72 @@
+"""The wordcount topology's bolts: split sentences, count words, report counts.
+
+``ReportBolt`` appends one JSON line per count update to
+``<report.dir>/<topology>-<task>.jsonl`` (component conf ``report.dir``, default the
+current directory) and writes a final ``{"final": {...}}`` snapshot at cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.tuples import Tuple
+
+__all__ = ["CountBolt", "ReportBolt", "SplitBolt"]
+
+_WORD = re.compile(r"[\w']+")
+
+
+class SplitBolt(Bolt):
+    """sentence -> one tuple per lower-cased word."""
+
+    def execute(self, tup: Tuple) -> None:
+        for word in _WORD.findall(str(tup.get("sentence")).lower()):
+            self.collector.emit([word], anchors=tup)
+        self.collector.ack(tup)
+
+
+class CountBolt(Bolt):
+    """word -> (word, running count); fields grouping makes each word's count exact."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.counts: Counter[str] = Counter()
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        word = tup.get("word")
+        self.counts[word] += 1
+        self.collector.emit([word, self.counts[word]], anchors=tup)
+        self.collector.ack(tup)
+
+
+class ReportBolt(Bolt):
+    """(word, count) -> JSON lines; keeps the latest count per word."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        directory = Path(str(conf.get("report.dir", ".")))
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{context.topology_id}-{context.task_id}.jsonl"
+        self.latest: dict[str, int] = {}
+        self._out: TextIO = self.path.open("a", encoding="utf-8")
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            self._out.flush()
+            return
+        word, count = tup.get("word"), tup.get("count")
+        self.latest[word] = max(count, self.latest.get(word, 0))
+        self._out.write(json.dumps({"word": word, "count": count}) + "\n")
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        self._out.write(json.dumps({"final": self.latest}) + "\n")
+        self._out.close()

@@ -1,0 +1,139 @@
+"""Stream groupings: which target task(s) get each emitted tuple.
+
+One grouper per (emitting task, subscription).  The worker and the Spark side use the
+same functions, so a tuple is routed identically wherever it is emitted.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from spark_storm.errors import ConfigError
+from spark_storm.topology.hashing import fields_hash
+from spark_storm.topology.model import Component, Input
+
+__all__ = ["Grouper", "LoadFn", "make_grouper"]
+
+#: Returns the latest known load (0..1) of the given tasks; unknown tasks omitted.
+LoadFn = Callable[[Iterable[int]], Mapping[int, float]]
+
+
+class Grouper(abc.ABC):
+    """Chooses target tasks for one tuple."""
+
+    def __init__(self, targets: Sequence[int]) -> None:
+        self.targets = list(targets)
+
+    @abc.abstractmethod
+    def choose(self, values: Sequence[object]) -> list[int]:
+        """Return the target task ids for a tuple with these values."""
+
+
+class ShuffleGrouper(Grouper):
+    """Round-robin from a random start (Storm's shuffle: even spread, no per-tuple randomness)."""
+
+    def __init__(self, targets: Sequence[int], rng: random.Random | None = None) -> None:
+        super().__init__(targets)
+        self._rng = rng or random.Random()
+        self._order = list(self.targets)
+        self._rng.shuffle(self._order)
+        self._i = 0
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        task = self._order[self._i]
+        self._i = (self._i + 1) % len(self._order)
+        return [task]
+
+
+class FieldsGrouper(Grouper):
+    """Equal values of the grouping fields always go to the same task (Spark's hash, pmod)."""
+
+    def __init__(self, targets: Sequence[int], indexes: Sequence[int]) -> None:
+        super().__init__(targets)
+        self._indexes = list(indexes)
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        h = fields_hash(values[i] for i in self._indexes)
+        return [self.targets[h % len(self.targets)]]
+
+
+class AllGrouper(Grouper):
+    """Every target task gets a copy."""
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        return list(self.targets)
+
+
+class GlobalGrouper(Grouper):
+    """Everything goes to the lowest task id."""
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        return [min(self.targets)]
+
+
+class DirectGrouper(Grouper):
+    """The emitter picks the task (``emit_direct``); a plain ``emit`` is an error."""
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        msg = "this stream uses direct grouping: use collector.emit_direct(task, values)"
+        raise ConfigError(msg)
+
+
+class LocalOrShuffleGrouper(ShuffleGrouper):
+    """Shuffle among targets in this worker when there are any, else among all."""
+
+    def __init__(
+        self, targets: Sequence[int], local_tasks: Iterable[int], rng: random.Random | None = None
+    ) -> None:
+        local = set(local_tasks)
+        mine = [t for t in targets if t in local]
+        super().__init__(mine or targets, rng)
+        self.targets = list(targets)
+
+
+class LoadAwareShuffleGrouper(Grouper):
+    """Power of two choices: of two random targets, take the less loaded (per ``get_load``)."""
+
+    def __init__(self, targets: Sequence[int], load: LoadFn, rng: random.Random | None = None) -> None:
+        super().__init__(targets)
+        self._load = load
+        self._rng = rng or random.Random()
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        if len(self.targets) == 1:
+            return [self.targets[0]]
+        a, b = self._rng.sample(self.targets, 2)
+        loads = self._load((a, b))
+        return [a if loads.get(a, 0.0) <= loads.get(b, 0.0) else b]
+
+
+def make_grouper(
+    inp: Input,
+    source: Component,
+    targets: Sequence[int],
+    *,
+    local_tasks: Iterable[int] = (),
+    load: LoadFn | None = None,
+    rng: random.Random | None = None,
+) -> Grouper:
+    """Build the grouper for subscription ``inp`` (of a consumer) on ``source``'s stream."""
+    g = inp.grouping
+    if g in ("shuffle", "none"):
+        return ShuffleGrouper(targets, rng)
+    if g == "fields":
+        declared = source.fields_of(inp.stream)
+        return FieldsGrouper(targets, [declared.index(f) for f in inp.fields])
+    if g == "all":
+        return AllGrouper(targets)
+    if g == "global":
+        return GlobalGrouper(targets)
+    if g == "direct":
+        return DirectGrouper(targets)
+    if g == "local_or_shuffle":
+        return LocalOrShuffleGrouper(targets, local_tasks, rng)
+    if g == "load_aware":
+        return LoadAwareShuffleGrouper(targets, load or (lambda tasks: {}), rng)
+    msg = f"unknown grouping {g!r}"  # pragma: no cover - Topology validation rejects it
+    raise ConfigError(msg)

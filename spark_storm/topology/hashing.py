@@ -1,0 +1,115 @@
+"""Spark-compatible Murmur3 hashing for fields grouping.
+
+Fields grouping must send equal keys to the same task from every process: Spark
+executors (which route rows before sending) and workers (which route emits between
+bolts).  Python's ``hash`` is salted per process, so we use the hash Spark SQL already
+has: ``pyspark.sql.functions.hash(*cols)`` — Murmur3 x86_32, seed 42, folded over the
+columns (each column's hash is the next one's seed; null leaves the seed unchanged).
+The Spark side computes it in the JVM, vectorised; this module computes the same value
+in Python, and ``task_index = pmod(hash, n)``.
+
+Supported value types, as Spark hashes them: ``None``, ``bool`` (BooleanType), ``int``
+(always as LongType: a worker cannot know the column's width, so the Spark side casts
+integral key columns to long before hashing), ``float`` (DoubleType: the IEEE bits as a
+long; -0.0 hashes like 0.0), ``str`` (UTF-8 bytes) and ``bytes``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import Final
+
+__all__ = ["SPARK_HASH_SEED", "fields_hash", "murmur3_bytes", "murmur3_int", "murmur3_long", "pmod"]
+
+SPARK_HASH_SEED: Final = 42
+_C1: Final = 0xCC9E2D51
+_C2: Final = 0x1B873593
+_M32: Final = 0xFFFFFFFF
+
+
+def _mix_k1(k1: int) -> int:
+    k1 = (k1 * _C1) & _M32
+    k1 = ((k1 << 15) | (k1 >> 17)) & _M32
+    return (k1 * _C2) & _M32
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    h1 ^= k1
+    h1 = ((h1 << 13) | (h1 >> 19)) & _M32
+    return (h1 * 5 + 0xE6546B64) & _M32
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 ^= h1 >> 16
+    return h1
+
+
+def _signed(h: int) -> int:
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur3_int(value: int, seed: int) -> int:
+    """Spark's ``Murmur3_x86_32.hashInt`` (signed int32 result)."""
+    return _signed(_fmix(_mix_h1(seed & _M32, _mix_k1(value & _M32)), 4))
+
+
+def murmur3_long(value: int, seed: int) -> int:
+    """Spark's ``Murmur3_x86_32.hashLong`` (signed int32 result)."""
+    v = value & 0xFFFFFFFFFFFFFFFF
+    h1 = _mix_h1(seed & _M32, _mix_k1(v & _M32))
+    h1 = _mix_h1(h1, _mix_k1(v >> 32))
+    return _signed(_fmix(h1, 8))
+
+
+def murmur3_bytes(data: bytes, seed: int) -> int:
+    """Spark's ``hashUnsafeBytes`` (strings and binary; tail bytes mixed one by one, signed)."""
+    n = len(data)
+    aligned = n - n % 4
+    h1 = seed & _M32
+    for (word,) in struct.iter_unpack("<I", data[:aligned]):
+        h1 = _mix_h1(h1, _mix_k1(word))
+    for b in data[aligned:]:
+        h1 = _mix_h1(h1, _mix_k1((b - 256 if b > 127 else b) & _M32))
+    return _signed(_fmix(h1, n))
+
+
+def _hash_value(value: object, seed: int) -> int:
+    if value is None:
+        return seed
+    if isinstance(value, bool):
+        return murmur3_int(int(value), seed)
+    if isinstance(value, int):
+        return murmur3_long(value, seed)
+    if isinstance(value, float):
+        if value == 0.0:
+            value = 0.0
+        (bits,) = struct.unpack("<q", struct.pack("<d", value))
+        return murmur3_long(bits, seed)
+    if isinstance(value, str):
+        return murmur3_bytes(value.encode("utf-8"), seed)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return murmur3_bytes(bytes(value), seed)
+    msg = (
+        f"fields grouping cannot hash a {type(value).__name__} ({value!r}); group on "
+        "str, int, float, bool, bytes or null fields"
+    )
+    raise TypeError(msg)
+
+
+def fields_hash(values: Iterable[object]) -> int:
+    """Return ``pyspark.sql.functions.hash(*values)`` for one row (signed int32)."""
+    seed = SPARK_HASH_SEED
+    for value in values:
+        seed = _hash_value(value, seed)
+    return seed
+
+
+def pmod(h: int, n: int) -> int:
+    """Spark's ``pmod``: a non-negative remainder."""
+    return h % n

@@ -1,0 +1,223 @@
+"""LocalCluster: N worker processes on loopback (Storm's LocalCluster), and the worker's main.
+
+Each worker is a real ``spark-storm worker`` process.  The cluster picks free ports,
+starts the workers with the full slot list (so every process computes the same plan),
+waits for each worker's heartbeat to say "running", and stops them with SIGTERM (the
+ordered shutdown), killing only what does not exit in time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from spark_storm.config import Config
+from spark_storm.errors import StormError
+from spark_storm.topology.assignment import Slot, plan
+from spark_storm.topology.model import load_topology
+from spark_storm.worker.worker import Worker
+
+__all__ = ["LocalCluster", "free_ports", "run_worker"]
+
+logger = logging.getLogger(__name__)
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """Return ``n`` distinct ports that were free a moment ago."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
+    """Run one worker until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
+    topo = load_topology(topology_path)
+    p = plan(topo, workers) if workers else plan(topo)
+    worker = Worker(p, Slot(host, port), conf)
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signals["count"] += 1
+        if signals["count"] >= 2:
+            logger.error("second signal: exiting now without draining")
+            os._exit(3)
+        worker.request_stop(f"signal {signal.Signals(signum).name}", failure=False)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    worker.start()
+    print(
+        f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
+        f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
+        flush=True,
+    )
+    while not worker.stopping.wait(0.5):
+        pass
+    timeout = conf.get_int("topology.worker.shutdown.timeout.ms", minimum=0) / 1000
+    watchdog = threading.Timer(timeout + 5, lambda: os._exit(4))
+    watchdog.daemon = True
+    watchdog.start()
+    clean = worker.stop(timeout)
+    watchdog.cancel()
+    print(f"worker {worker.slot} stopped ({'clean' if clean else 'deadline passed'})", flush=True)
+    return 0 if clean and not worker.failed else 1
+
+
+class LocalCluster:
+    """Start ``n`` worker processes of a topology on 127.0.0.1.
+
+    Parameters
+    ----------
+    topology_path : str
+        Topology YAML.
+    n : int
+        Number of worker processes.
+    conf_path : str, optional
+        A storm.yaml for every worker.
+    overrides : dict, optional
+        ``--set key=value`` pairs for every worker.
+    """
+
+    def __init__(
+        self,
+        topology_path: str,
+        n: int,
+        conf_path: str | None = None,
+        overrides: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if n < 1:
+            msg = f"a local cluster needs at least 1 worker, got {n}"
+            raise StormError(msg)
+        self.topology_path = str(topology_path)
+        self.topology = load_topology(self.topology_path)
+        self.host = host
+        self.ports = free_ports(n, host)
+        self.slots = [Slot(host, p) for p in self.ports]
+        self.workers_arg = ",".join(str(s) for s in self.slots)
+        self.plan = plan(self.topology, self.slots)
+        self._tmp = tempfile.mkdtemp(prefix="spark-storm-cluster-")
+        self.heartbeat_dir = Path(self._tmp)
+        self.overrides = {"worker.heartbeat.dir": self._tmp, **(overrides or {})}
+        self.conf_path = conf_path
+        self.procs: dict[Slot, subprocess.Popen[str]] = {}
+        self.logs: dict[Slot, Path] = {}
+
+    def _command(self, slot: Slot) -> list[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "spark_storm.cli",
+            "--log-level",
+            "INFO",
+            "worker",
+            "--topology",
+            self.topology_path,
+            "--host",
+            slot.host,
+            "--port",
+            str(slot.port),
+            "--workers",
+            self.workers_arg,
+        ]
+        if self.conf_path:
+            cmd += ["--conf", self.conf_path]
+        for key, value in self.overrides.items():
+            cmd += ["--set", f"{key}={json.dumps(value)}"]
+        return cmd
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        """Start every worker and wait until each heartbeat says it is running."""
+        for slot in self.slots:
+            self.start_worker(slot)
+        self.wait_running(timeout)
+        return self
+
+    def start_worker(self, slot: Slot) -> None:
+        """(Re)start the worker of ``slot``."""
+        log = self.heartbeat_dir / f"worker-{slot.port}.log"
+        self.logs[slot] = log
+        with log.open("a") as out:
+            self.procs[slot] = subprocess.Popen(
+                self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True
+            )
+
+    def heartbeat(self, slot: Slot) -> dict[str, Any] | None:
+        path = self.heartbeat_dir / f"{self.topology.name}-{slot.port}.json"
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        except (OSError, ValueError):
+            return None
+
+    def wait_running(self, timeout: float = 60.0, slots: list[Slot] | None = None) -> None:
+        """Wait for "running" heartbeats; raise with the worker's log tail if one dies."""
+        deadline = time.monotonic() + timeout
+        pending = list(slots or self.slots)
+        while pending:
+            for slot in list(pending):
+                proc = self.procs[slot]
+                if proc.poll() is not None:
+                    msg = f"worker {slot} exited with {proc.returncode}:\n{self.log_tail(slot)}"
+                    raise StormError(msg)
+                hb = self.heartbeat(slot)
+                if hb and hb.get("status") == "running" and hb.get("pid") == proc.pid:
+                    pending.remove(slot)
+            if pending and time.monotonic() > deadline:
+                msg = f"workers {', '.join(map(str, pending))} not running after {timeout}s:\n" + "\n".join(
+                    self.log_tail(s) for s in pending
+                )
+                raise StormError(msg)
+            time.sleep(0.05)
+
+    def log_tail(self, slot: Slot, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.logs[slot].read_text().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def kill(self, slot: Slot) -> None:
+        """SIGKILL one worker (for failure tests)."""
+        proc = self.procs[slot]
+        proc.kill()
+        proc.wait(10)
+
+    def stop(self, timeout: float = 60.0) -> dict[Slot, int]:
+        """SIGTERM every worker (ordered shutdown), wait, SIGKILL stragglers; return exit codes."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes = {}
+        for slot, proc in self.procs.items():
+            try:
+                codes[slot] = proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.error("worker %s did not stop in %.0fs; killing it", slot, timeout)
+                proc.kill()
+                codes[slot] = proc.wait(10)
+        return codes
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

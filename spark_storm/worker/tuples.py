@@ -1,0 +1,77 @@
+"""Tuples as bolts see them, and tuples addressed to a task (AddressedTuple)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+__all__ = ["BROADCAST_TASK", "SYSTEM_COMPONENT", "TICK_STREAM", "AddressedTuple", "Tuple"]
+
+#: Wire task id meaning "no task": delivered to every task of every executor in the
+#: receiving worker (Storm 0.8's nil task id).  Real task ids start at 1.
+BROADCAST_TASK = 0
+SYSTEM_COMPONENT = "__system"
+TICK_STREAM = "__tick"
+
+
+class Tuple:
+    """An input tuple: values with their field names, where it came from, and its stream.
+
+    Attributes
+    ----------
+    values : list
+    fields : tuple[str, ...]
+    source_component : str
+    source_task : int
+        -1 for tuples sent by an external client to a source component.
+    stream : str
+    """
+
+    __slots__ = ("fields", "source_component", "source_task", "stream", "values")
+
+    def __init__(
+        self,
+        values: list[Any],
+        fields: Sequence[str],
+        source_component: str,
+        source_task: int,
+        stream: str,
+    ) -> None:
+        self.values = values
+        self.fields = tuple(fields)
+        self.source_component = source_component
+        self.source_task = source_task
+        self.stream = stream
+
+    def get(self, field: str) -> Any:
+        """Value of ``field`` (KeyError naming the fields when absent)."""
+        try:
+            return self.values[self.fields.index(field)]
+        except ValueError:
+            msg = (
+                f"tuple from {self.source_component!r} has no field {field!r}; fields are {list(self.fields)}"
+            )
+            raise KeyError(msg) from None
+
+    def __getitem__(self, index: int) -> Any:
+        return self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_tick(self) -> bool:
+        return self.stream == TICK_STREAM and self.source_component == SYSTEM_COMPONENT
+
+    def __repr__(self) -> str:
+        return (
+            f"Tuple({self.source_component}:{self.source_task}/{self.stream} "
+            f"{dict(zip(self.fields, self.values, strict=False)) if self.fields else self.values!r})"
+        )
+
+
+class AddressedTuple(NamedTuple):
+    """A tuple on its way to ``task`` (``BROADCAST_TASK``: every task of the executor)."""
+
+    task: int
+    tuple: Tuple
