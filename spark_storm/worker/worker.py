@@ -133,6 +133,8 @@ class Worker:
         self.heartbeat_path = Path(hb_dir) / f"{self.topology_id}-{slot.port}.json"
         self.started_at = time.time()
         self._quiet_s = self.conf.get_int("topology.worker.shutdown.quiet.ms", minimum=0) / 1000
+        self._pull_thread: threading.Thread | None = None
+        self._pull_busy = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -142,7 +144,7 @@ class Worker:
             self.server = self.context.bind(self.topology_id, self.slot.port, _DeserializingCallback(self))
         else:
             self.server = self.context.bind(self.topology_id, self.slot.port)
-            self._spawn(self._pull_loop, "receive")
+            self._pull_thread = self._spawn(self._pull_loop, "receive")
         logger.info(
             "worker %s of %s listening (%s receive); tasks %s",
             self.slot,
@@ -158,10 +160,11 @@ class Worker:
         self._start_metrics_http()
         self._spawn(self._activate_when_ready, "activate")
 
-    def _spawn(self, target: Any, name: str) -> None:
+    def _spawn(self, target: Any, name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=f"spark-storm-{name}-{self.slot.port}", daemon=True)
         t.start()
         self._threads.append(t)
+        return t
 
     def _connect_all(self, plan: Plan) -> dict[Slot, IConnection]:
         conns = {}
@@ -259,6 +262,8 @@ class Worker:
         clean = self._wait_quiet(deadline, self._quiet_s)
         if self.server is not None:
             self.server.close()
+        if self._pull_thread is not None:
+            self._pull_thread.join(max(0.0, deadline - time.monotonic()))
         clean &= self._wait_quiet(deadline, 0.0)
         for executor in self.executors.values():
             executor.stop()
@@ -284,8 +289,11 @@ class Worker:
         return clean
 
     def _idle(self) -> bool:
+        server = self.server
         return (
-            all(len(e.queue) == 0 and not e.busy for e in self.executors.values())
+            not self._pull_busy
+            and (server is None or server.metrics().get("pending", 0) == 0)
+            and all(len(e.queue) == 0 and not e.busy for e in self.executors.values())
             and len(self.transfer_queue) == 0
             and not self._held
             and all(c.metrics().get("pending", 0) == 0 for c in list(self.connections.values()))
@@ -396,17 +404,21 @@ class Worker:
         assert server is not None
         size = self.conf.get_int("topology.receiver.buffer.size", minimum=1)
         recv_batch = getattr(server, "recv_batch", None)
-        while not self._stopping.is_set():
+        while True:
             try:
-                first = server.recv(0)  # blocks; close() on shutdown is the "task -1" notice
+                first = server.recv(0)  # blocks; close() at shutdown is Storm's "task -1" notice
                 if first is None:
                     continue
+                self._pull_busy = True
                 more = recv_batch(size - 1, 0) if recv_batch is not None else []
             except ConnectionClosedError:
-                return
-            tasks = [first.task] + [m.task for m in more]
-            payloads = [first.payload] + [m.payload for m in more]
-            self.transfer_local(tasks, payloads)
+                return  # closed and drained
+            try:
+                tasks = [first.task] + [m.task for m in more]
+                payloads = [first.payload] + [m.payload for m in more]
+                self.transfer_local(tasks, payloads)
+            finally:
+                self._pull_busy = False
 
     # ------------------------------------------------------------------ transfer path
     def transfer(

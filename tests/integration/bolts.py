@@ -1,0 +1,77 @@
+"""Bolts for the worker integration tests (imported by worker processes)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.tuples import Tuple
+
+
+class RecordingBolt(Bolt):
+    """Counts what it gets per key, forwards (key, n) when it declares outputs, and writes
+    ``<record.dir>/<component>-<task>.json`` at cleanup."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.keys: Counter[str] = Counter()
+        self.broadcast = 0
+        self.ticks = 0
+        self.delay = float(conf.get("record.delay.s", 0))
+        self.forward = bool(context.output_fields)
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            self.ticks += 1
+            return
+        if (
+            tup.source_task == -1
+            and tup.stream == "default"
+            and tup.source_component == "__client"
+            and not tup.fields
+        ):
+            self.broadcast += 1
+            return
+        key = str(tup.values[0])
+        if key == "boom":
+            msg = "boom on purpose"
+            raise RuntimeError(msg)
+        if self.delay:
+            time.sleep(self.delay)
+        self.keys[key] += 1
+        if self.forward:
+            self.collector.emit([key, tup.values[1]], anchors=tup)
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        out = Path(str(self.conf["record.dir"])) / f"{self.context.component_id}-{self.context.task_id}.json"
+        out.write_text(
+            json.dumps(
+                {
+                    "component": self.context.component_id,
+                    "task": self.context.task_id,
+                    "count": sum(self.keys.values()),
+                    "keys": self.keys,
+                    "broadcast": self.broadcast,
+                    "ticks": self.ticks,
+                }
+            )
+        )
+
+
+class DirectEmitter(RecordingBolt):
+    """Sends each tuple to one chosen task of the consumer with emit_direct."""
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        n = int(tup.values[1])
+        targets = self.conf["direct.targets"]
+        self.keys[str(tup.values[0])] += 1
+        self.collector.emit_direct(targets[n % len(targets)], [tup.values[0], n])
+        self.collector.ack(tup)

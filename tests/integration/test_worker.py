@@ -1,0 +1,292 @@
+"""Real worker processes on loopback, fed by a raw IConnection client; exact counts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import yaml
+
+from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.topology import Plan, Slot
+from spark_storm.transport import make_context
+from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.tuples import BROADCAST_TASK
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+BOLT = "tests.integration.bolts:RecordingBolt"
+
+
+def three_stage(grouping: str, record_dir: Path, **conf: Any) -> dict[str, Any]:
+    first_input: dict[str, Any] = {"from": "in", "grouping": grouping}
+    if grouping == "fields":
+        first_input["fields"] = ["key"]
+    return {
+        "name": "three",
+        "conf": {"record.dir": str(record_dir), **conf},
+        "components": [
+            {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": 2},
+            {
+                "id": "stage1",
+                "bolt": BOLT,
+                "parallelism": 2,
+                "tasks": 4,
+                "fields": ["key", "n"],
+                "inputs": [first_input],
+            },
+            {
+                "id": "stage2",
+                "bolt": BOLT,
+                "parallelism": 3,
+                "tasks": 3,
+                "inputs": [{"from": "stage1", "grouping": "fields", "fields": ["key"]}],
+            },
+        ],
+    }
+
+
+class Run:
+    """A cluster of one test topology plus a client connected to every worker."""
+
+    def __init__(self, tmp: Path, topo: dict[str, Any], workers: int, **overrides: Any) -> None:
+        self.records = tmp / "records"
+        self.records.mkdir(exist_ok=True)
+        path = tmp / "topology.yaml"
+        path.write_text(yaml.safe_dump(topo))
+        self.cluster = LocalCluster(
+            str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides}
+        )
+        self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
+        self.conns: dict[Slot, IConnection] = {}
+
+    def start(self) -> Run:
+        self.cluster.start()
+        self.conns = {
+            s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots
+        }
+        return self
+
+    @property
+    def plan(self) -> Plan:
+        return self.cluster.plan
+
+    def send_to_sources(self, rows: list[list[Any]]) -> None:
+        sources = list(self.plan.component_tasks["in"])
+        batches: dict[Slot, list[TaskMessage]] = {}
+        for i, row in enumerate(rows):
+            task = sources[i % len(sources)]
+            batches.setdefault(self.plan.task_slot[task], []).append(TaskMessage(task, msgpack.packb(row)))
+        for slot, msgs in batches.items():
+            self.conns[slot].send(msgs)
+        for conn in self.conns.values():
+            assert conn.flush(30), conn.metrics()
+
+    def health(self, slot: Slot) -> dict[str, Any]:
+        hb = self.cluster.heartbeat(slot)
+        assert hb is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
+            data: dict[str, Any] = json.loads(r.read())
+            return data
+
+    def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
+        self.ctx.term()
+        codes = self.cluster.stop()
+        assert all(c == 0 for c in codes.values()), {str(s): self.cluster.log_tail(s) for s in codes}
+        out: dict[str, dict[int, dict[str, Any]]] = {}
+        for f in self.records.glob("*.json"):
+            rec = json.loads(f.read_text())
+            out.setdefault(rec["component"], {})[rec["task"]] = rec
+        return out
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Iterator[Path]:
+    old = Path.cwd()
+    yield tmp_path
+    os.chdir(old)
+
+
+def _rows(n: int, keys: int = 17) -> list[list[Any]]:
+    return [[f"k{i % keys}", i] for i in range(n)]
+
+
+def _check_stage2(records: dict[str, dict[int, dict[str, Any]]], total: int) -> None:
+    stage2 = records["stage2"]
+    assert sum(r["count"] for r in stage2.values()) == total
+    owners: dict[str, list[int]] = {}
+    for task, rec in stage2.items():
+        for key in rec["keys"]:
+            owners.setdefault(key, []).append(task)
+    assert all(len(t) == 1 for t in owners.values()), owners  # each key in exactly one task
+
+
+@pytest.mark.parametrize(
+    "grouping", ["shuffle", "fields", "all", "global", "local_or_shuffle", "none", "load_aware"]
+)
+def test_three_stages_over_two_workers_every_grouping(tmp: Path, grouping: str) -> None:
+    run = Run(tmp, three_stage(grouping, tmp / "records"), 2).start()
+    n = 600
+    run.send_to_sources(_rows(n))
+    records = run.stop()
+    stage1 = records["stage1"]
+    assert sorted(stage1) == [3, 4, 5, 6]  # tasks: in 1-2, stage1 3-6, stage2 7-9
+    total1 = sum(r["count"] for r in stage1.values())
+    if grouping == "all":
+        assert all(r["count"] == n for r in stage1.values())
+        assert total1 == 4 * n
+    elif grouping == "global":
+        assert stage1[3]["count"] == n
+        assert total1 == n
+    else:
+        assert total1 == n
+    if grouping == "fields":
+        owners = Counter(k for r in stage1.values() for k in r["keys"])
+        assert set(owners.values()) == {1}
+    if grouping in ("shuffle", "none"):
+        assert all(r["count"] > 0 for r in stage1.values())
+    _check_stage2(records, total1)
+
+
+@pytest.mark.parametrize("mode", ["push", "pull"])
+def test_three_workers_both_receive_modes(tmp: Path, mode: str) -> None:
+    run = Run(tmp, three_stage("shuffle", tmp / "records"), 3, **{"topology.receiver.mode": mode}).start()
+    run.send_to_sources(_rows(900))
+    records = run.stop()
+    assert sum(r["count"] for r in records["stage1"].values()) == 900
+    _check_stage2(records, 900)
+
+
+def test_direct_grouping_reaches_the_chosen_task(tmp: Path) -> None:
+    topo = {
+        "name": "direct",
+        "conf": {"record.dir": str(tmp / "records"), "direct.targets": [4, 5]},
+        "components": [
+            {"id": "in", "source": True, "fields": ["key", "n"]},
+            {
+                "id": "pick",
+                "bolt": "tests.integration.bolts:DirectEmitter",
+                "fields": ["key", "n"],
+                "inputs": [{"from": "in"}],
+            },
+            {
+                "id": "sink",
+                "bolt": BOLT,
+                "parallelism": 3,
+                "inputs": [{"from": "pick", "grouping": "direct"}],
+            },
+        ],
+    }
+    run = Run(tmp, topo, 2).start()
+    run.send_to_sources(_rows(100))
+    records = run.stop()
+    assert {t: r["count"] for t, r in records["sink"].items()} == {3: 0, 4: 50, 5: 50}
+
+
+def test_unknown_task_is_counted_and_dropped_and_broadcast_reaches_every_task(tmp: Path) -> None:
+    run = Run(tmp, three_stage("shuffle", tmp / "records"), 1).start()
+    slot = run.cluster.slots[0]
+    conn = run.conns[slot]
+    conn.send(
+        [TaskMessage(999, b"x"), TaskMessage(BROADCAST_TASK, msgpack.packb([-1, "default", ["hello"]]))]
+    )
+    run.send_to_sources(_rows(50))
+    wait_until(
+        lambda: run.health(slot)["counters"]["unknown_task"] == 1, what="the unknown task to be counted"
+    )
+    records = run.stop()
+    assert sum(r["count"] for r in records["stage1"].values()) == 50
+    assert all(r["broadcast"] == 1 for comp in ("stage1", "stage2") for r in records[comp].values())
+    assert "does not run" in run.cluster.log_tail(slot, 200)
+
+
+def test_bolt_exception_is_logged_and_the_executor_goes_on(tmp: Path) -> None:
+    run = Run(tmp, three_stage("global", tmp / "records"), 1).start()
+    run.send_to_sources([["boom", 0], *_rows(20)])
+    slot = run.cluster.slots[0]
+    wait_until(
+        lambda: (
+            sum(t["errors"] for e in run.health(slot)["executors"].values() for t in e["tasks"].values()) == 1
+        ),
+        what="the error to be counted",
+    )
+    records = run.stop()
+    assert records["stage1"][3]["count"] == 20
+    assert "boom on purpose" in run.cluster.log_tail(slot, 200)
+
+
+def test_backpressure_holds_the_sender_without_loss_or_unbounded_memory(tmp: Path) -> None:
+    high = 64_000
+    topo = three_stage("shuffle", tmp / "records", **{"record.delay.s": 0.002})
+    run = Run(
+        tmp,
+        topo,
+        1,
+        **{
+            "topology.executor.receive.buffer.size": 64,
+            "storm.messaging.tcp.buffer.high.watermark": high,
+            "storm.messaging.tcp.buffer.low.watermark": high // 2,
+        },
+    ).start()
+    slot = run.cluster.slots[0]
+    conn = run.conns[slot]
+    sources = list(run.plan.component_tasks["in"])
+    n = 3000
+    peak = 0
+    saw_bp = False
+    for i in range(0, n, 100):
+        conn.send(
+            [
+                TaskMessage(sources[j % 2], msgpack.packb([f"k{j % 7}", j]) + b" " * 0)
+                for j in range(i, i + 100)
+            ]
+        )
+        peak = max(peak, conn.metrics()["pending_bytes"])
+        saw_bp = saw_bp or bool(conn.backpressure_tasks())
+    assert conn.flush(120)
+    assert peak <= high + 20_000  # bounded by the watermark (plus one batch)
+    health = run.health(slot)
+    overflow = sum(e["queue"]["overflow"] for e in health["executors"].values())
+    assert saw_bp or overflow > 0
+    records = run.stop()
+    assert sum(r["count"] for r in records["stage1"].values()) == n
+    _check_stage2(records, n)
+
+
+def test_sigterm_drains_everything_in_flight(tmp: Path) -> None:
+    topo = three_stage("shuffle", tmp / "records", **{"record.delay.s": 0.0005})
+    run = Run(tmp, topo, 1).start()
+    run.send_to_sources(_rows(2000))  # all acknowledged: in the worker's queues, mostly unprocessed
+    slot = run.cluster.slots[0]
+    proc = run.cluster.procs[slot]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, run.cluster.log_tail(slot)
+    records = run.stop()
+    assert sum(r["count"] for r in records["stage1"].values()) == 2000
+    _check_stage2(records, 2000)
+    hb = json.loads((run.cluster.heartbeat_dir / f"three-{slot.port}.json").read_text())
+    assert hb["status"] == "stopped"
+
+
+def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
+    run = Run(tmp, three_stage("fields", tmp / "records"), 1).start()
+    run.send_to_sources(_rows(30))
+    slot = run.cluster.slots[0]
+    hb = run.cluster.heartbeat(slot)
+    assert hb is not None
+    wait_until(lambda: run.health(slot)["counters"]["received"] >= 30, what="30 received")
+    with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    assert "# TYPE spark_storm_bolt_executed_total counter" in text
+    assert 'spark_storm_queue_capacity{topology="three"' in text
+    assert 'component="stage2"' in text
+    run.stop()
