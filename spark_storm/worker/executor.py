@@ -180,6 +180,8 @@ class Executor:
                     self.active.wait(0.05)
                     continue
                 if self.queue.wait_for_items(0.05):
+                    if not self.active.is_set():
+                        continue  # deactivated while waiting: leave the tuples queued
                     self.busy = True
                     try:
                         self.queue.consume_batch(self._handle)

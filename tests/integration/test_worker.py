@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import urllib.request
 from collections import Counter
@@ -55,6 +54,9 @@ def three_stage(grouping: str, record_dir: Path, **conf: Any) -> dict[str, Any]:
     }
 
 
+_RUNS: list[Run] = []
+
+
 class Run:
     """A cluster of one test topology plus a client connected to every worker."""
 
@@ -68,6 +70,8 @@ class Run:
         )
         self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
         self.conns: dict[Slot, IConnection] = {}
+        self.stopped = False
+        _RUNS.append(self)
 
     def start(self) -> Run:
         self.cluster.start()
@@ -99,6 +103,7 @@ class Run:
             return data
 
     def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
+        self.stopped = True
         self.ctx.term()
         codes = self.cluster.stop()
         assert all(c == 0 for c in codes.values()), {str(s): self.cluster.log_tail(s) for s in codes}
@@ -111,9 +116,13 @@ class Run:
 
 @pytest.fixture
 def tmp(tmp_path: Path) -> Iterator[Path]:
-    old = Path.cwd()
     yield tmp_path
-    os.chdir(old)
+    while _RUNS:  # a failed test must not leave worker processes behind
+        run = _RUNS.pop()
+        if not run.stopped:
+            run.stopped = True
+            run.ctx.term()
+            run.cluster.stop()
 
 
 def _rows(n: int, keys: int = 17) -> list[list[Any]]:
@@ -290,3 +299,82 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     assert 'spark_storm_queue_capacity{topology="three"' in text
     assert 'component="stage2"' in text
     run.stop()
+
+
+def _post(port: int, path: str) -> str:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return str(r.read().decode())
+
+
+def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow(tmp: Path) -> None:
+    topo = three_stage("shuffle", tmp / "records", **{"topology.tick.tuple.freq.secs": 0.1})
+    run = Run(tmp, topo, 1, **{"topology.load.metrics.interval.ms": 50}).start()
+    slot = run.cluster.slots[0]
+    port = run.cluster.heartbeat(slot)["metrics_port"]  # type: ignore[index]
+    assert _post(port, "/deactivate") == "inactive\n"
+    run.send_to_sources(_rows(40))
+    health = run.health(slot)
+    assert health["active"] is False
+    assert sum(e["queue"]["population"] for e in health["executors"].values()) == 40
+    conn = run.conns[slot]
+    sources = list(run.plan.component_tasks["in"])
+    wait_until(lambda: set(conn.get_load(sources)) == set(sources), what="load metrics from the worker")
+    assert _post(port, "/activate") == "active\n"
+    wait_until(
+        lambda: sum(e["queue"]["population"] for e in run.health(slot)["executors"].values()) == 0,
+        what="queues to drain after activate",
+    )
+    records = run.stop()
+    assert sum(r["count"] for r in records["stage1"].values()) == 40
+    assert all(r["ticks"] >= 1 for r in records["stage2"].values())
+
+
+def test_dead_letter_file_gets_unknown_tasks(tmp: Path) -> None:
+    dead = tmp / "dead.jsonl"
+    run = Run(
+        tmp, three_stage("shuffle", tmp / "records"), 1, **{"topology.worker.dead.letter.file": str(dead)}
+    )
+    run.start()
+    run.conns[run.cluster.slots[0]].send([TaskMessage(4242, b"lost?")])
+    wait_until(dead.exists, what="the dead-letter file")
+    run.stop()
+    record = json.loads(dead.read_text().splitlines()[0])
+    assert record["task"] == 4242
+    assert bytes.fromhex(record["payload_hex"]) == b"lost?"
+
+
+def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
+    import subprocess
+    import sys
+
+    wordcount = Path(__file__).resolve().parents[2] / "conf" / "topologies" / "wordcount.yaml"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "spark_storm.cli",
+            "local-cluster",
+            "--topology",
+            str(wordcount),
+            "--workers",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp,
+    )
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("running;"):
+            break
+    text = "".join(lines)
+    assert "starting 2 workers of wordcount" in text
+    assert text.count("metrics http://127.0.0.1:") == 2
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, text + rest
+    assert rest.count("exited with 0") == 2
