@@ -16,6 +16,7 @@ long; -0.0 hashes like 0.0), ``str`` (UTF-8 bytes) and ``bytes``.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable
 from typing import Final
@@ -104,10 +105,30 @@ def _hash_value(value: object, seed: int) -> int:
 
 def fields_hash(values: Iterable[object]) -> int:
     """Return ``pyspark.sql.functions.hash(*values)`` for one row (signed int32)."""
+    key = tuple(values)
+    try:
+        return _cached_hash(key)
+    except TypeError:  # an unhashable value (e.g. bytearray): hash without the cache
+        return _fields_hash(key)
+
+
+def _fields_hash(values: tuple[object, ...]) -> int:
     seed = SPARK_HASH_SEED
     for value in values:
         seed = _hash_value(value, seed)
     return seed
+
+
+# Grouping keys repeat (words, user ids): remembering recent ones saves the pure-Python
+# Murmur3 for most tuples.  Keyed by the tuple of values *and their types*, so 1, 1.0
+# and True (equal in Python, hashed differently by Spark) never share an entry.
+@functools.lru_cache(maxsize=65536)
+def _cached_by_type(values: tuple[object, ...], types: tuple[type, ...]) -> int:
+    return _fields_hash(values)
+
+
+def _cached_hash(values: tuple[object, ...]) -> int:
+    return _cached_by_type(values, tuple(map(type, values)))
 
 
 def pmod(h: int, n: int) -> int:

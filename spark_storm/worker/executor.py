@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.errors import ConfigError
+from spark_storm.messaging import TaskMessage
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component, resolve_class
@@ -25,9 +26,51 @@ from spark_storm.worker.tuples import BROADCAST_TASK, SYSTEM_COMPONENT, TICK_STR
 if TYPE_CHECKING:
     from spark_storm.worker.worker import Worker
 
-__all__ = ["BoltStats", "Executor", "TaskCollector"]
+__all__ = ["BoltStats", "EmitBuffer", "Executor", "TaskCollector"]
 
 logger = logging.getLogger(__name__)
+
+
+class EmitBuffer:
+    """An executor's emits, published once per destination queue at end of batch.
+
+    Storm 2.x batches emits the same way: one lock round-trip per destination and batch
+    instead of one per tuple.  Only the owning executor thread adds to it.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self.owner = threading.get_ident()
+        self._local: dict[int, tuple[RingQueue[AddressedTuple], list[AddressedTuple]]] = {}
+        self._remote: list[TaskMessage] = []
+
+    def add(self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]) -> None:
+        worker = self._worker
+        payload: bytes | None = None
+        tup: Tuple | None = None
+        for task in targets:
+            queue = worker.task_queue.get(task)
+            if queue is not None:
+                if tup is None:
+                    fields = worker.plan.topology.components[component].fields_of(stream)
+                    tup = Tuple(values, fields, component, src_task, stream)
+                entry = self._local.get(id(queue))
+                if entry is None:
+                    entry = self._local[id(queue)] = (queue, [])
+                entry[1].append(AddressedTuple(task, tup))
+            else:
+                if payload is None:
+                    payload = worker.serializer.dumps_tuple(src_task, stream, values)
+                self._remote.append(TaskMessage(task, payload))
+
+    def flush(self) -> None:
+        if self._local:
+            local, self._local = self._local, {}
+            for queue, items in local.values():
+                queue.publish(items)
+        if self._remote:
+            remote, self._remote = self._remote, []
+            self._worker.transfer_queue.publish(remote)
 
 
 class BoltStats:
@@ -47,8 +90,11 @@ class BoltStats:
 class TaskCollector(OutputCollector):
     """The collector of one task: routes emits by the consumers' groupings."""
 
-    def __init__(self, worker: Worker, component: Component, task: int, stats: BoltStats) -> None:
+    def __init__(
+        self, worker: Worker, component: Component, task: int, stats: BoltStats, buffer: EmitBuffer
+    ) -> None:
         self._worker = worker
+        self._buffer = buffer
         self._component = component
         self._task = task
         self._stats = stats
@@ -91,9 +137,15 @@ class TaskCollector(OutputCollector):
             if grouping != "direct":
                 targets.extend(grouper.choose(values))
         if targets:
-            self._worker.transfer(self._component.id, self._task, stream, list(values), targets)
+            self._send(stream, list(values), targets)
             self._stats.emitted += len(targets)
         return targets
+
+    def _send(self, stream: str, values: list[Any], targets: list[int]) -> None:
+        if threading.get_ident() == self._buffer.owner:
+            self._buffer.add(self._component.id, self._task, stream, values, targets)
+        else:  # a bolt emitting from a thread of its own: no batching, send now
+            self._worker.transfer(self._component.id, self._task, stream, values, targets)
 
     def emit_direct(
         self,
@@ -105,7 +157,7 @@ class TaskCollector(OutputCollector):
         self._check(stream, values)
         for grouping, grouper in self._routes.get(stream, ()):
             if grouping == "direct" and task in grouper.targets:
-                self._worker.transfer(self._component.id, self._task, stream, list(values), [task])
+                self._send(stream, list(values), [task])
                 self._stats.emitted += 1
                 return
         msg = (
@@ -147,6 +199,7 @@ class Executor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"spark-storm-executor-{spec}", daemon=True)
         self._prepared = threading.Event()
+        self._batch_limit = 1024  # bounds the emit buffer and the latency of one batch
         self.failed_with: BaseException | None = None
 
     def start(self) -> None:
@@ -159,9 +212,12 @@ class Executor:
             ctx = TopologyContext(
                 topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.worker.slot)
             )
-            bolt.prepare(self.conf, ctx, TaskCollector(self.worker, self.component, task, self.stats[task]))
+            collector = TaskCollector(self.worker, self.component, task, self.stats[task], self._emits)
+            bolt.prepare(self.conf, ctx, collector)
+        self._emits.flush()
 
     def _run(self) -> None:
+        self._emits = EmitBuffer(self.worker)
         try:
             self._prepare()
         except Exception as exc:
@@ -184,13 +240,15 @@ class Executor:
                         continue  # deactivated while waiting: leave the tuples queued
                     self.busy = True
                     try:
-                        self.queue.consume_batch(self._handle)
+                        self.queue.consume_batch(self._handle, self._batch_limit)
+                        self._emits.flush()
                     finally:
                         self.busy = False
                 elif self._stop.is_set():
                     break
                 if next_tick is not None and time.monotonic() >= next_tick:
                     self._tick()
+                    self._emits.flush()
                     next_tick = time.monotonic() + (self.tick_s or 0)
         finally:
             for task, bolt in self.bolts.items():

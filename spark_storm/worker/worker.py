@@ -42,7 +42,7 @@ from spark_storm.messaging import (
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
-from spark_storm.worker.executor import Executor, vars_of
+from spark_storm.worker.executor import EmitBuffer, Executor, vars_of
 from spark_storm.worker.queue import RingQueue
 from spark_storm.worker.serializer import make_serializer
 from spark_storm.worker.tuples import BROADCAST_TASK, AddressedTuple, Tuple
@@ -424,27 +424,21 @@ class Worker:
     def transfer(
         self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]
     ) -> None:
-        """Send an emitted tuple to ``targets``: local ones straight to their queue."""
-        remote: list[TaskMessage] = []
-        payload: bytes | None = None
-        fields = self.plan.topology.components[component].fields_of(stream)
-        for task in targets:
-            queue = self.task_queue.get(task)
-            if queue is not None:
-                queue.publish([AddressedTuple(task, Tuple(values, fields, component, src_task, stream))])
-            else:
-                if payload is None:
-                    payload = self.serializer.dumps_tuple(src_task, stream, values)
-                remote.append(TaskMessage(task, payload))
-        if remote:
-            self.transfer_queue.publish(remote)
+        """Send an emitted tuple to ``targets`` now (local ones straight to their queue)."""
+        buffer = EmitBuffer(self)
+        buffer.add(component, src_task, stream, values, targets)
+        buffer.flush()
 
     def _transfer_loop(self) -> None:
+        retry_at = 0.0
         while True:
-            if self._held:
+            if self._held and time.monotonic() >= retry_at:
+                # Retry held messages on a short interval, not on every pass: while the
+                # destination stays backpressured, re-checking each pass would only spin.
                 self._release_held()
+                retry_at = time.monotonic() + 0.002
             if len(self._held) >= self._hold_max:
-                time.sleep(0.005)  # every destination is backpressured: stop taking, hold the emitters
+                time.sleep(0.002)  # every destination is backpressured: stop taking, hold the emitters
                 continue
             if not self.transfer_queue.wait_for_items(0.05):
                 if self.transfer_queue._closed and not self._held:
