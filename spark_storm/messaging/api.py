@@ -14,7 +14,8 @@ maps one to one), but a call that belongs to the other end raises
 ================================  ======  ======
 call                              client  server
 ================================  ======  ======
-send                              yes     no
+send, send_group, wait_acks,
+send_commit                       yes     no
 send_load_metrics / get_load      yes     yes (each side sends to, and reads from, its peers)
 send_backpressure_status          no      yes (to every connected client)
 backpressure_tasks                yes     no
@@ -26,16 +27,21 @@ flush / wait_ready                yes     yes (trivially true on a server)
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final
 
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
+from spark_storm.messaging.wire import ACCEPTED, BatchHeader
+
+#: (query id, batch id, partition, sequence) of a delivery group.
+GroupKey = tuple[str, int, int, int]
 
 __all__ = [
     "RECV_BLOCK",
     "RECV_NOBLOCK",
     "CallbackLike",
+    "GroupKey",
     "IConnection",
     "IConnectionCallback",
     "IContext",
@@ -67,6 +73,17 @@ class IConnectionCallback(abc.ABC):
             A ``Sequence[TaskMessage]`` with columns ``tasks`` and ``payloads`` for
             vectorised consumers.  Owned by the callee; the transport keeps no reference.
         """
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        """Handle one group of the Spark delivery protocol (see docs/protocol.md).
+
+        ``done(status)`` reports progress back to the sender: ``ACCEPTED`` once the
+        messages are queued, ``PROCESSED`` once the entry bolts acked them all, ``FAILED``
+        to make the sender retry.  The server has already dropped replays of groups it
+        accepted.  The default just calls :meth:`recv` and reports ``ACCEPTED``.
+        """
+        self.recv(batch)
+        done(ACCEPTED)
 
 
 class _FunctionCallback(IConnectionCallback):
@@ -131,6 +148,29 @@ class IConnection(abc.ABC):
             Blocked longer than ``storm.messaging.send.timeout.ms``.
         WireFormatError
             A task id outside 0..32767 (nothing of the batch was sent).
+        """
+
+    @abc.abstractmethod
+    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
+        """Send one delivery group: the header and exactly ``header.count`` messages, atomically.
+
+        Client only.  The server delivers the group whole or not at all, drops replays
+        of groups it already accepted, and answers with BatchAcks (see :meth:`wait_acks`).
+        """
+
+    @abc.abstractmethod
+    def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
+        """Wait until every group in ``keys`` reached ``status`` (or failed), or ``timeout``.
+
+        Client only.  Returns the latest status of each key heard of (missing keys: no
+        ack yet); the returned keys are forgotten.
+        """
+
+    @abc.abstractmethod
+    def send_commit(self, query_id: str, batch_id: int) -> None:
+        """Tell the server that ``batch_id`` of ``query_id`` is final (it may forget its dedupe state).
+
+        Client only; best effort (a lost commit only delays forgetting).
         """
 
     @abc.abstractmethod

@@ -18,8 +18,11 @@ from spark_storm.errors import WireFormatError
 from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, MessageBatch, TaskMessage
 
 __all__ = [
+    "ACCEPTED",
+    "FAILED",
     "HEADER_SIZE",
     "MAGIC",
+    "PROCESSED",
     "PROTOCOL_VERSION",
     "Auth",
     "BatchAck",
@@ -72,7 +75,7 @@ _CHALLENGE: Final = struct.Struct(">4sBB16s")
 _OK_FIXED: Final = struct.Struct(">qB")
 _SEQ: Final = struct.Struct(">qi")
 _RECEIPT: Final = struct.Struct(">q")
-_BATCH_HEADER: Final = struct.Struct(">qiqi")
+_BATCH_HEADER: Final = struct.Struct(">qiqiB")
 _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
 _U16: Final = struct.Struct(">H")
@@ -154,26 +157,47 @@ class Receipt:
     seq: int
 
 
+#: BatchAck statuses, and the ``required`` level of a BatchHeader.
+ACCEPTED: Final = 1
+PROCESSED: Final = 2
+FAILED: Final = 3
+
+
 @dataclass(frozen=True)
 class BatchHeader:
-    """The next ``count`` data frames belong to (query, batch, partition), in order ``sequence``."""
+    """The next ``count`` data frames are group ``sequence`` of (query, batch, partition).
+
+    ``required`` is the ack the sender waits for: ACCEPTED (published into executor
+    queues) or PROCESSED (acked by the entry component's bolts).
+    """
 
     query_id: str
     batch_id: int
     partition: int
     sequence: int
     count: int
+    required: int = ACCEPTED
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(query id, batch id, partition, sequence): what replays are recognised by."""
+        return (self.query_id, self.batch_id, self.partition, self.sequence)
 
 
 @dataclass(frozen=True)
 class BatchAck:
-    """A worker accepted (status 1) or processed (status 2) one batch-header group."""
+    """A worker accepted (1), processed (2) or failed (3) one batch-header group."""
 
     query_id: str
     batch_id: int
     partition: int
     sequence: int
     status: int
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(query id, batch id, partition, sequence): what replays are recognised by."""
+        return (self.query_id, self.batch_id, self.partition, self.sequence)
 
 
 @dataclass(frozen=True)
@@ -297,7 +321,9 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, Receipt):
         return RECEIPT, _RECEIPT.pack(frame.seq)
     if isinstance(frame, BatchHeader):
-        fixed = _BATCH_HEADER.pack(frame.batch_id, frame.partition, frame.sequence, frame.count)
+        fixed = _BATCH_HEADER.pack(
+            frame.batch_id, frame.partition, frame.sequence, frame.count, frame.required
+        )
         return BATCH_HEADER, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchAck):
         fixed = _BATCH_ACK.pack(frame.batch_id, frame.partition, frame.sequence, frame.status)
@@ -409,11 +435,11 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         return Ok(body[_OK_FIXED.size :], resume)
     if code == BATCH_HEADER:
         _need(body, _BATCH_HEADER.size, "batch header")
-        batch, part, seq, count = _BATCH_HEADER.unpack_from(body)
-        if count < 0:
-            msg = f"batch header has negative count {count}"
+        batch, part, seq, count, required = _BATCH_HEADER.unpack_from(body)
+        if count < 0 or required not in (ACCEPTED, PROCESSED):
+            msg = f"batch header has count {count} / required {required}; needs count >= 0, required 1 or 2"
             raise WireFormatError(msg)
-        return BatchHeader(_utf8(body[_BATCH_HEADER.size :], "query id"), batch, part, seq, count)
+        return BatchHeader(_utf8(body[_BATCH_HEADER.size :], "query id"), batch, part, seq, count, required)
     if code == BATCH_ACK:
         _need(body, _BATCH_ACK.size, "batch ack")
         batch, part, seq, status = _BATCH_ACK.unpack_from(body)

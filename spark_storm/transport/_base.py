@@ -8,26 +8,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Self
 
-from spark_storm.config import STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
+from spark_storm.config import STORM_LEDGER_MAX, STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
 from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
     CallbackLike,
+    GroupKey,
     IConnection,
     IConnectionCallback,
     IContext,
     as_callback,
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
+from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader
+from spark_storm.transport._ledger import DeliveryLedger, Reply
 
 __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
 
 logger = logging.getLogger(__name__)
+
+_MAX_UNCLAIMED_ACKS = 100_000
 
 
 def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]:
@@ -72,6 +77,7 @@ class ServerBase(_Side):
         self._callback = as_callback(callback) if callback is not None else None
         self._closed = False
         self._peer_loads: dict[int, float] = {}
+        self.ledger = DeliveryLedger(conf.get_int(STORM_LEDGER_MAX, minimum=1))
         self._counters: dict[str, int] = {
             "received": 0,
             "duplicates": 0,
@@ -128,6 +134,34 @@ class ServerBase(_Side):
                 len(batch),
                 self.describe(),
             )
+
+    def deliver_group(self, header: BatchHeader, batch: MessageBatch, reply: Reply) -> None:
+        """Deliver one delivery-protocol group, unless the ledger says it is a replay."""
+        if not self.ledger.begin(header, reply):
+            return
+
+        def done(status: int) -> None:
+            self.ledger.finish(header, status)
+
+        with self._cond:
+            self._counters["received"] += len(batch)
+            callback = self._callback
+            if callback is None:
+                self._enqueue(batch)
+        if callback is None:
+            done(ACCEPTED)  # pull mode: queued for recv(); PROCESSED needs push mode
+            return
+        try:
+            callback.recv_group(header, batch, done)
+        except Exception:
+            self.count("callback_errors")
+            logger.exception("receive callback failed on group %s (%s)", header.key, self.describe())
+            done(FAILED)
+
+    def commit(self, query_id: str, batch_id: int) -> None:
+        """Forget the groups of a committed batch (and older ones of the query)."""
+        forgotten = self.ledger.forget(query_id, batch_id)
+        logger.debug("%s: commit %s/%d forgot %d groups", self.describe(), query_id, batch_id, forgotten)
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``."""
@@ -207,6 +241,15 @@ class ServerBase(_Side):
     def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
         self._wrong_side("send")
 
+    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
+        self._wrong_side("send_group")
+
+    def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
+        self._wrong_side("wait_acks")
+
+    def send_commit(self, query_id: str, batch_id: int) -> None:
+        self._wrong_side("send_commit")
+
     def backpressure_tasks(self) -> frozenset[int]:
         self._wrong_side("backpressure_tasks")
 
@@ -227,6 +270,11 @@ class ServerBase(_Side):
     def metrics(self) -> dict[str, Any]:
         with self._cond:
             out: dict[str, Any] = dict(self._counters)
+            out.update(
+                replayed_groups=self.ledger.replayed_groups,
+                replayed_messages=self.ledger.replayed_messages,
+                ledger_size=len(self.ledger),
+            )
             out.update(
                 sent=0,
                 lost=0,
@@ -251,6 +299,30 @@ class ClientBase(_Side):
         self._state_lock = threading.Lock()
         self._loads: dict[int, float] = {}
         self._bp_tasks: frozenset[int] = frozenset()
+        self._acks: OrderedDict[GroupKey, int] = OrderedDict()
+        self._ack_cond = threading.Condition()
+
+    def update_ack(self, ack: BatchAck) -> None:
+        """Record a BatchAck the server sent (keeps the latest status per group)."""
+        with self._ack_cond:
+            self._acks[ack.key] = ack.status
+            self._acks.move_to_end(ack.key)
+            while len(self._acks) > _MAX_UNCLAIMED_ACKS:
+                self._acks.popitem(last=False)  # acks nobody waits for (e.g. of a dead task)
+            self._ack_cond.notify_all()
+
+    def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
+        wanted = list(keys)
+        deadline = time.monotonic() + timeout
+        with self._ack_cond:
+            while True:
+                done = all(
+                    k in self._acks and (self._acks[k] >= status or self._acks[k] == FAILED) for k in wanted
+                )
+                remaining = deadline - time.monotonic()
+                if done or remaining <= 0:
+                    return {k: self._acks.pop(k) for k in wanted if k in self._acks}
+                self._ack_cond.wait(min(remaining, 0.5))
 
     @property
     def port(self) -> int:

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from spark_storm.config import (
@@ -31,7 +31,7 @@ from spark_storm.config import (
 from spark_storm.errors import ConfigError, ConnectionClosedError
 from spark_storm.messaging.api import IConnection
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
-from spark_storm.messaging.wire import LoadMetrics, encode_control
+from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
 from spark_storm.transport._backoff import Backoff
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
@@ -146,6 +146,25 @@ class SessionClient(ClientBase):
         if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
             self._wake_pending = True
             self._waker.poke()
+
+    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
+        if len(messages) != header.count:
+            msg = f"group {header.key} announces {header.count} messages but {len(messages)} were given"
+            raise ValueError(msg)
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"send_group on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        waiting, was_empty = self._session.admit(messages, header)
+        if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
+            self._wake_pending = True
+            self._waker.poke()
+
+    def send_commit(self, query_id: str, batch_id: int) -> None:
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"send_commit on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        self._control_out.append(encode_control(BatchCommit(query_id, batch_id)))
+        self._waker.poke()
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         if self._status is ConnectionStatus.CLOSED:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from spark_storm.errors import (
@@ -93,7 +93,7 @@ class ClientSession:
         self.resent = 0
         self.blocked = 0
 
-    def admit(self, batch: list[TaskMessage]) -> tuple[int, bool]:
+    def admit(self, batch: Sequence[TaskMessage], header: BatchHeader | None = None) -> tuple[int, bool]:
         """Admit ``batch``: number it, keep it for resend and queue it for writing.
 
         Returns the bytes now waiting in the outbox and whether it was empty before
@@ -128,6 +128,8 @@ class ClientSession:
             first = self._next_seq
             self._next_seq += count
             chunk = encode_control(Seq(first, count)) + body
+            if header is not None:  # header, SEQ and frames travel (and are resent) as one chunk
+                chunk = encode_control(header) + chunk
             self._unacked.append((self._next_seq - 1, chunk))
             self._unacked_bytes += len(chunk)
             was_empty = not self._outbox
@@ -279,9 +281,15 @@ class ServerPeer:
         secret: bytes | None,
         peer: str,
         max_frame_bytes: int,
+        reply: Callable[[bytes], None] | None = None,
     ) -> None:
         self.server = server
         self.peer = peer
+        self._reply = reply
+        self._group: BatchHeader | None = None
+        self._group_tasks: list[int] = []
+        self._group_payloads: list[bytes] = []
+        self._group_seen = 0
         self._sessions = sessions
         self._decoder = FrameDecoder(max_frame_bytes)
         self._handshake = ServerHandshake(server.topology_id, secret, peer)
@@ -326,12 +334,39 @@ class ServerPeer:
         self._next += len(run)
         self._remaining -= len(run)
         skip = self._delivered_upto - first + 1
+        if self._group is not None:
+            self._group_data(run, skip)
+            return
         if skip > 0:
             self.server.count("duplicates", min(skip, len(run)))
             run = run[skip:]
         if run:
             self.server.deliver(run)
             self._delivered_upto = self._next - 1
+
+    def _group_data(self, run: MessageBatch, skip: int) -> None:
+        # A group is delivered whole: frames are collected until ``count`` arrived, and the
+        # receipt does not move past the group's start until then, so after a reconnect
+        # the client resends the whole group (header included).
+        header = self._group
+        assert header is not None
+        if skip > 0:
+            self.server.count("duplicates", min(skip, len(run)))
+        self._group_tasks.extend(run.tasks[max(skip, 0) :])
+        self._group_payloads.extend(run.payloads[max(skip, 0) :])
+        self._group_seen += len(run)
+        if self._group_seen > header.count:
+            msg = f"client {self.peer} sent more frames than group {header.key} announced ({header.count})"
+            raise WireFormatError(msg)
+        if self._group_seen == header.count:
+            batch = MessageBatch(self._group_tasks, self._group_payloads)
+            self._group, self._group_tasks, self._group_payloads = None, [], []
+            self._delivered_upto = max(self._delivered_upto, self._next - 1)
+            self.server.deliver_group(header, batch, self._send_ack)
+
+    def _send_ack(self, ack: BatchAck) -> None:
+        if self._reply is not None:
+            self._reply(encode_control(ack))
 
     def _control(self, frame: object, replies: list[bytes]) -> None:
         if isinstance(frame, Hello):
@@ -368,10 +403,17 @@ class ServerPeer:
             self._sessions.forget(self.session_id)
         elif isinstance(frame, Eob):
             pass
-        elif isinstance(frame, (BatchHeader, BatchAck, BatchCommit)):
-            # The delivery protocol of the Spark integration; servers of this layer accept
-            # and ignore it so newer clients can talk to them.
-            logger.debug("ignoring %r from %s", frame, self.peer)
+        elif isinstance(frame, BatchHeader):
+            if self._group is not None:
+                msg = f"client {self.peer} started group {frame.key} inside group {self._group.key}"
+                raise WireFormatError(msg)
+            self._group = frame
+            self._group_seen = 0
+            if frame.count == 0:
+                self._group = None
+                self.server.deliver_group(frame, MessageBatch([], []), self._send_ack)
+        elif isinstance(frame, BatchCommit):
+            self.server.commit(frame.query_id, frame.batch_id)
         else:
             msg = f"client {self.peer} sent unexpected {type(frame).__name__}"
             raise WireFormatError(msg)
@@ -447,7 +489,9 @@ class ClientProtocol:
             elif isinstance(item, Close):
                 msg = f"server {self._peer} is closing"
                 raise ConnectionBrokenError(msg)
-            elif isinstance(item, (Eob, BatchAck)):
+            elif isinstance(item, BatchAck):
+                self._client.update_ack(item)
+            elif isinstance(item, Eob):
                 logger.debug("ignoring %r from %s", item, self._peer)
             else:
                 msg = f"server {self._peer} sent unexpected {type(item).__name__}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from spark_storm.config import (
@@ -24,7 +24,7 @@ from spark_storm.config import (
 from spark_storm.errors import ConnectionClosedError, SendTimeoutError, TransportError
 from spark_storm.messaging.api import CallbackLike, IConnection, IContext
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import check_messages
+from spark_storm.messaging.wire import BatchHeader, check_messages
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 
 __all__ = ["Context"]
@@ -159,6 +159,27 @@ class LocalClient(ClientBase):
         with self._send_lock:
             if not self._closed:
                 self._flush_pending_locked(server)
+
+    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
+        if len(messages) != header.count:
+            msg = f"group {header.key} announces {header.count} messages but {len(messages)} were given"
+            raise ValueError(msg)
+        check_messages(messages)
+        with self._send_lock:
+            if self._closed:
+                msg = f"send_group on closed {self.describe()}"
+                raise ConnectionClosedError(msg)
+            server = self._context.server_for(self._key)
+            if server is None:
+                server = self._wait_for_server()  # groups are not held: the sender waits for its ack anyway
+            self._flush_pending_locked(server)
+            server.deliver_group(header, MessageBatch.of(messages), self.update_ack)
+            self._sent += len(messages)
+
+    def send_commit(self, query_id: str, batch_id: int) -> None:
+        server = self._context.server_for(self._key)
+        if server is not None:
+            server.commit(query_id, batch_id)
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         server = self._context.server_for(self._key)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import selectors
 import socket
@@ -67,10 +68,10 @@ _READ_SIZE = 262144
 
 class _ServerConn:
     __slots__ = ("deadline", "out", "peer", "proto", "sock")
+    proto: ServerPeer  # set right after construction: it needs the connection for its replies
 
-    def __init__(self, sock: socket.socket, proto: ServerPeer, peer: str, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, peer: str, deadline: float) -> None:
         self.sock = sock
-        self.proto = proto
         self.peer = peer
         self.out = bytearray()
         self.deadline = deadline
@@ -112,6 +113,7 @@ class TcpServer(ServerBase):
         self._port: int = listener.getsockname()[1]
         self._conns: dict[socket.socket, _ServerConn] = {}
         self._commands: deque[bytes] = deque()
+        self._directed: deque[tuple[_ServerConn, bytes]] = deque()
         self._waker = Waker()
         self._sel = selectors.DefaultSelector()
         self._sel.register(listener, selectors.EVENT_READ, "accept")
@@ -145,6 +147,8 @@ class TcpServer(ServerBase):
                             self._read(conn)
                         if mask & selectors.EVENT_WRITE and conn.sock in self._conns:
                             self._write(conn)
+                if self._directed:
+                    self._broadcast_commands()
                 self._expire_handshakes()
         except Exception:
             logger.exception("%s: I/O thread failed; closing the server", self.describe())
@@ -164,8 +168,15 @@ class TcpServer(ServerBase):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._bufsize)
             peer = f"{addr[0]}:{addr[1]}"
-            proto = ServerPeer(self, self._sessions, self._secret, peer, self._max_frame)
-            conn = _ServerConn(sock, proto, peer, time.monotonic() + self._handshake_s)
+            conn = _ServerConn(sock, peer, time.monotonic() + self._handshake_s)
+            conn.proto = ServerPeer(
+                self,
+                self._sessions,
+                self._secret,
+                peer,
+                self._max_frame,
+                functools.partial(self._reply_to, conn),
+            )
             self._conns[sock] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
             self.count("accepted")
@@ -224,7 +235,17 @@ class TcpServer(ServerBase):
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
         self._sel.modify(conn.sock, events, conn)
 
+    def _reply_to(self, conn: _ServerConn, frame: bytes) -> None:
+        # From any thread (acks come from executor threads): the I/O thread writes it.
+        self._directed.append((conn, frame))
+        self._waker.poke()
+
     def _broadcast_commands(self) -> None:
+        while self._directed:
+            conn, frame = self._directed.popleft()
+            if conn.sock in self._conns:
+                conn.out += frame
+                self._write(conn)
         while self._commands:
             frame = self._commands.popleft()
             for conn in list(self._conns.values()):

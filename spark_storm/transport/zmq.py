@@ -16,6 +16,7 @@ through a deque and a wake-up socketpair that the zmq poller watches.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -88,6 +89,7 @@ class ZmqServer(ServerBase):
             raise TransportError(msg) from exc
         self._sock = sock
         self._commands: deque[bytes] = deque()
+        self._directed: deque[tuple[bytes, bytes]] = deque()
         self._waker = Waker()
         self._thread = threading.Thread(
             target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True
@@ -122,6 +124,8 @@ class ZmqServer(ServerBase):
                             self.count("protocol_errors")
                             continue
                         self._on_message(ident, payload)
+                if self._directed:
+                    self._broadcast()
         except zmq.ContextTerminated:
             pass
         except Exception:
@@ -134,7 +138,14 @@ class ZmqServer(ServerBase):
         peer = self._peers.get(ident)
         label = f"zmq peer {ident.hex()[:8]}"
         if peer is None:
-            peer = ServerPeer(self, self._sessions, self._secret, label, self._max_frame)
+            peer = ServerPeer(
+                self,
+                self._sessions,
+                self._secret,
+                label,
+                self._max_frame,
+                functools.partial(self._reply_later, ident),
+            )
             self._peers[ident] = peer
             self.count("accepted")
             while len(self._peers) > self._max_peers:
@@ -159,7 +170,15 @@ class ZmqServer(ServerBase):
         except zmq.Again:
             logger.warning("%s: reply to a client dropped: its queue is full (zmq.hwm)", self.describe())
 
+    def _reply_later(self, ident: bytes, frame: bytes) -> None:
+        # From any thread: only the I/O thread may touch the socket.
+        self._directed.append((ident, frame))
+        self._waker.poke()
+
     def _broadcast(self) -> None:
+        while self._directed:
+            ident, frame = self._directed.popleft()
+            self._reply(ident, frame)
         while self._commands:
             frame = self._commands.popleft()
             for ident, peer in list(self._peers.items()):

@@ -7,7 +7,7 @@ one context (its servers are only visible inside the context that bound them).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,12 @@ from spark_storm.messaging import (
     BackpressureStatus,
     ConnectionStatus,
     IConnection,
+    IConnectionCallback,
     IContext,
     MessageBatch,
     TaskMessage,
 )
+from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 from tests.helpers import wait_until
 
@@ -480,3 +482,65 @@ def test_close_flushes_what_was_sent(net: Net) -> None:
         assert client.metrics()["lost"] == 0
         wait_until(lambda: len(got) == 5000, what="everything sent before close")
         assert got == _msgs(1, 5000, pad=50)
+
+
+def _header(seq: int, count: int, batch: int = 7, required: int = 1, query: str = "q-1") -> BatchHeader:
+    return BatchHeader(query, batch, 0, seq, count, required)
+
+
+def test_delivery_groups_are_acked_and_replays_dropped(net: Net) -> None:
+    sctx, cctx = net.pair()
+    got: list[TaskMessage] = []
+    with sctx.bind(TOPO, 0, got.extend) as server:
+        first = _connect(cctx, server)
+        first.send_group(_header(0, 3), _msgs(1, 3))
+        first.send_group(_header(1, 2), _msgs(1, 2, 3))
+        keys = [_header(0, 3).key, _header(1, 2).key]
+        assert first.wait_acks(keys, ACCEPTED, 10) == {k: ACCEPTED for k in keys}
+        assert got == _msgs(1, 5)
+        # A retried task: a new connection replays both groups; nothing is delivered twice.
+        retry = _connect(net.ctx(), server)
+        retry.send_group(_header(0, 3), _msgs(1, 3))
+        retry.send_group(_header(1, 2), _msgs(1, 2, 3))
+        assert retry.wait_acks(keys, ACCEPTED, 10) == {k: ACCEPTED for k in keys}
+        assert got == _msgs(1, 5)
+        assert server.metrics()["replayed_groups"] == 2
+        assert server.metrics()["replayed_messages"] == 5
+        # After the driver's commit the worker forgets the batch.
+        retry.send_commit("q-1", 7)
+        wait_until(lambda: server.metrics()["ledger_size"] == 0, what="the commit to clear the ledger")
+        with pytest.raises(ValueError, match="announces 2 messages but 1"):
+            retry.send_group(_header(2, 2), _msgs(1, 1))
+        with pytest.raises(UnsupportedOperationError):
+            server.send_group(_header(0, 1), _msgs(1, 1))
+
+
+def test_processed_groups_wait_for_the_receiver(net: Net) -> None:
+    class Slow(IConnectionCallback):
+        def __init__(self) -> None:
+            self.done: list[Callable[[int], None]] = []
+
+        def recv(self, batch: MessageBatch) -> None:  # pragma: no cover - groups only
+            raise AssertionError
+
+        def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+            done(ACCEPTED)
+            self.done.append(done)
+
+    sctx, cctx = net.pair()
+    cb = Slow()
+    with sctx.bind(TOPO, 0, cb) as server, _connect(cctx, server) as client:
+        h = _header(0, 2, required=PROCESSED)
+        client.send_group(h, _msgs(1, 2))
+        wait_until(lambda: cb.done, what="the group to arrive")
+        assert client.wait_acks([h.key], PROCESSED, 0.2) == {h.key: ACCEPTED}
+        # A writer replays only after its ack timeout: a group accepted but never reported
+        # processed is delivered again (at-least-once through the bolts).
+        client.send_group(h, _msgs(1, 2))
+        wait_until(lambda: len(cb.done) == 2, what="the replay to be delivered again")
+        cb.done[1](PROCESSED)
+        assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
+        # Once processed, further replays are dropped and acked at once.
+        client.send_group(h, _msgs(1, 2))
+        assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
+        assert len(cb.done) == 2

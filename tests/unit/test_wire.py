@@ -57,6 +57,7 @@ controls = st.one_of(
         st.integers(0, 2**31 - 1),
         st.integers(0, 2**62),
         st.integers(0, 2**31 - 1),
+        st.sampled_from([1, 2]),
     ),
     st.builds(
         BatchAck,
