@@ -168,9 +168,15 @@ class TaskCollector(OutputCollector):
 
     def ack(self, tup: Tuple) -> None:
         self._stats.acked += 1
+        if tup.root is not None:
+            root, tup.root = tup.root, None  # acking twice must not count twice
+            root.ack()
 
     def fail(self, tup: Tuple) -> None:
         self._stats.failed += 1
+        if tup.root is not None:
+            root, tup.root = tup.root, None
+            root.fail()
 
 
 class Executor:
@@ -194,6 +200,7 @@ class Executor:
             raise ConfigError(msg)
         self.bolts: dict[int, Bolt] = {t: bolt_cls() for t in spec.tasks}
         self.stats: dict[int, BoltStats] = {t: BoltStats() for t in spec.tasks}
+        self.collectors: dict[int, TaskCollector] = {}
         self.active = threading.Event()
         self.busy = False
         self._stop = threading.Event()
@@ -213,6 +220,7 @@ class Executor:
                 topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.worker.slot)
             )
             collector = TaskCollector(self.worker, self.component, task, self.stats[task], self._emits)
+            self.collectors[task] = collector
             bolt.prepare(self.conf, ctx, collector)
         self._emits.flush()
 
@@ -280,7 +288,7 @@ class Executor:
                 "bolt %s task %d raised on %r (policy %s)", self.component.id, task, tup, self.policy
             )
             if self.policy == "fail":
-                stats.failed += 1
+                self.collectors[task].fail(tup)
             elif self.policy == "stop":
                 self.worker.request_stop(f"bolt {self.component.id} task {task} raised {exc!r} (policy stop)")
         finally:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["BROADCAST_TASK", "SYSTEM_COMPONENT", "TICK_STREAM", "AddressedTuple", "Tuple"]
+from spark_storm.messaging.wire import FAILED as FAILED_STATUS
+from spark_storm.messaging.wire import PROCESSED as PROCESSED_STATUS
+
+__all__ = ["BROADCAST_TASK", "SYSTEM_COMPONENT", "TICK_STREAM", "AddressedTuple", "GroupTracker", "Tuple"]
 
 #: Wire task id meaning "no task": delivered to every task of every executor in the
 #: receiving worker (Storm 0.8's nil task id).  Real task ids start at 1.
@@ -27,7 +31,7 @@ class Tuple:
     stream : str
     """
 
-    __slots__ = ("fields", "source_component", "source_task", "stream", "values")
+    __slots__ = ("fields", "root", "source_component", "source_task", "stream", "values")
 
     def __init__(
         self,
@@ -42,6 +46,7 @@ class Tuple:
         self.source_component = source_component
         self.source_task = source_task
         self.stream = stream
+        self.root: GroupTracker | None = None
 
     def get(self, field: str) -> Any:
         """Value of ``field`` (KeyError naming the fields when absent)."""
@@ -68,6 +73,49 @@ class Tuple:
             f"Tuple({self.source_component}:{self.source_task}/{self.stream} "
             f"{dict(zip(self.fields, self.values, strict=False)) if self.fields else self.values!r})"
         )
+
+
+class GroupTracker:
+    """Counts the acks of one delivery group's tuples; reports PROCESSED when all are in.
+
+    The worker calls :meth:`expect` while decoding, :meth:`sealed` once every tuple is
+    queued; collectors call :meth:`ack` / :meth:`fail` for source tuples.  The first fail
+    reports FAILED (the sender retries the group; delivery is at-least-once).
+    """
+
+    __slots__ = ("_done", "_failed", "_lock", "_pending", "_sealed")
+
+    def __init__(self, done: Callable[[int], None]) -> None:
+        self._done = done
+        self._pending = 0
+        self._sealed = False
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def expect(self, n: int) -> None:
+        with self._lock:
+            self._pending += n
+
+    def sealed(self) -> None:
+        with self._lock:
+            self._sealed = True
+            finished = self._pending == 0 and not self._failed
+        if finished:
+            self._done(PROCESSED_STATUS)
+
+    def ack(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            finished = self._sealed and self._pending == 0 and not self._failed
+        if finished:
+            self._done(PROCESSED_STATUS)
+
+    def fail(self) -> None:
+        with self._lock:
+            first = not self._failed
+            self._failed = True
+        if first:
+            self._done(FAILED_STATUS)
 
 
 class AddressedTuple(NamedTuple):

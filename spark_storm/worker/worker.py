@@ -25,7 +25,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,13 +39,15 @@ from spark_storm.messaging import (
     MessageBatch,
     TaskMessage,
 )
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
 from spark_storm.worker.executor import EmitBuffer, Executor, vars_of
+from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, arrow_rows
 from spark_storm.worker.queue import RingQueue
 from spark_storm.worker.serializer import make_serializer
-from spark_storm.worker.tuples import BROADCAST_TASK, AddressedTuple, Tuple
+from spark_storm.worker.tuples import BROADCAST_TASK, AddressedTuple, GroupTracker, Tuple
 
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
@@ -53,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 #: ``source_component`` of tuples that external clients (Spark) send to source tasks.
 CLIENT_COMPONENT = "__client"
+
+
+class GroupRejected(StormError):
+    """A delivery group held a payload the worker cannot decode; nothing of it was queued."""
 
 
 class _DeserializingCallback(IConnectionCallback):
@@ -63,6 +69,9 @@ class _DeserializingCallback(IConnectionCallback):
 
     def recv(self, batch: MessageBatch) -> None:
         self._worker.transfer_local(batch.tasks, batch.payloads)
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        self._worker.recv_group(header, batch, done)
 
 
 class Worker:
@@ -94,7 +103,13 @@ class Worker:
         self._stopped = threading.Event()
         self.stop_reason: str | None = None
         self.failed = False
-        self.counters = {"unknown_task": 0, "bad_payload": 0, "dead_lettered": 0, "received": 0}
+        self.counters = {
+            "unknown_task": 0,
+            "bad_payload": 0,
+            "dead_lettered": 0,
+            "received": 0,
+            "tuples_in": 0,
+        }
         capacity = self.conf.get_int("topology.executor.receive.buffer.size", minimum=1)
         high = float(self.conf["topology.backpressure.high.watermark"])
         low = float(self.conf["topology.backpressure.low.watermark"])
@@ -319,47 +334,95 @@ class Worker:
         return False
 
     # ------------------------------------------------------------------ receive path
-    def transfer_local(self, tasks: list[int], payloads: list[bytes]) -> None:
-        """Deserialize messages and publish each executor's share with one ``publish``."""
-        groups: dict[int, list[AddressedTuple]] = {}
+    def transfer_local(
+        self,
+        tasks: list[int],
+        payloads: list[bytes],
+        tracker: GroupTracker | None = None,
+        atomic: bool = False,
+    ) -> int:
+        """Deserialize messages and publish each executor's share with one ``publish``.
+
+        Returns how many tuples were published (an Arrow payload to a source task carries
+        many rows); with a ``tracker``, every source tuple reports its ack/fail to it.
+        ``atomic`` (delivery groups): a bad payload rejects the whole group before anything
+        is queued (:class:`GroupRejected`); otherwise it is dropped, counted and logged.
+        """
+        by_queue: dict[int, tuple[RingQueue[AddressedTuple], list[AddressedTuple]]] = {}
         queue_of = self.task_queue
-        topo = self.plan.topology
-        task_component = self.plan.task_component
-        loads = self.serializer.loads
+        published = 0
         with self._lock:
             self.counters["received"] += len(tasks)
+        decoded: list[tuple[int, list[Tuple]]] = []
         for task, payload in zip(tasks, payloads, strict=True):
-            queue = queue_of.get(task)
-            if queue is None and task != BROADCAST_TASK:
+            if task not in queue_of and task != BROADCAST_TASK:
                 self._unknown(task, payload)
                 continue
             try:
-                if task != BROADCAST_TASK and topo.components[task_component[task]].source:
-                    values = loads(payload)
-                    if not isinstance(values, list):
-                        msg = f"a source tuple must be an array of values, got {type(values).__name__}"
-                        raise WireFormatError(msg)
-                    comp = topo.components[task_component[task]]
-                    tup = Tuple(values, comp.fields_of(DEFAULT_STREAM), CLIENT_COMPONENT, -1, DEFAULT_STREAM)
-                else:
-                    tup = self._bolt_tuple(loads(payload))
+                decoded.append((task, self._decode(task, payload, tracker)))
             except (WireFormatError, ValueError, TypeError, KeyError) as exc:
                 with self._lock:
                     self.counters["bad_payload"] += 1
+                if atomic:
+                    logger.error(
+                        "worker %s: rejecting a whole group: bad payload for task %d: %s",
+                        self.slot,
+                        task,
+                        exc,
+                    )
+                    raise GroupRejected(str(exc)) from exc
                 logger.warning("worker %s: dropping a bad payload for task %d: %s", self.slot, task, exc)
-                continue
+        for task, tuples in decoded:
+            queue = queue_of.get(task)
             if task == BROADCAST_TASK:
                 for q in {id(q): q for q in queue_of.values()}.values():
-                    q.publish([AddressedTuple(BROADCAST_TASK, tup)])
+                    q.publish([AddressedTuple(BROADCAST_TASK, t) for t in tuples])
                 continue
-            groups.setdefault(task, []).append(AddressedTuple(task, tup))
-        by_queue: dict[int, tuple[RingQueue[AddressedTuple], list[AddressedTuple]]] = {}
-        for task, items in groups.items():
-            q = queue_of[task]
-            entry = by_queue.setdefault(id(q), (q, []))
-            entry[1].extend(items)
+            assert queue is not None
+            entry = by_queue.get(id(queue))
+            if entry is None:
+                entry = by_queue[id(queue)] = (queue, [])
+            entry[1].extend(AddressedTuple(task, t) for t in tuples)
+            published += len(tuples)
         for q, items in by_queue.values():
             q.publish(items)
+        with self._lock:
+            self.counters["tuples_in"] += published
+        return published
+
+    def _decode(self, task: int, payload: bytes, tracker: GroupTracker | None) -> list[Tuple]:
+        if task == BROADCAST_TASK:
+            return [self._bolt_tuple(self.serializer.loads(payload))]
+        comp = self.plan.topology.components[self.plan.task_component[task]]
+        if not comp.source:
+            return [self._bolt_tuple(self.serializer.loads(payload))]
+        fields = comp.fields_of(DEFAULT_STREAM)
+        if payload[:4] == ARROW_STREAM_MAGIC:
+            rows = arrow_rows(payload, fields)
+        else:
+            values = self.serializer.loads(payload)
+            if not isinstance(values, list):
+                msg = f"a source tuple must be an array of values, got {type(values).__name__}"
+                raise WireFormatError(msg)
+            rows = [values]
+        out = [Tuple(r, fields, CLIENT_COMPONENT, -1, DEFAULT_STREAM) for r in rows]
+        if tracker is not None:
+            tracker.expect(len(out))
+            for t in out:
+                t.root = tracker
+        return out
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once the entry bolts acked all)."""
+        tracker = GroupTracker(done) if header.required == PROCESSED else None
+        try:
+            self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
+        except GroupRejected:
+            done(FAILED)
+            return
+        done(ACCEPTED)
+        if tracker is not None:
+            tracker.sealed()
 
     def _bolt_tuple(self, decoded: Any) -> Tuple:
         src_task, stream, values = decoded

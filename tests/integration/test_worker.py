@@ -378,3 +378,47 @@ def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, text + rest
     assert rest.count("exited with 0") == 2
+
+
+def _arrow(rows: list[list[Any]], names: list[str]) -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Path) -> None:
+    from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+
+    topo = three_stage("shuffle", tmp / "records", **{"topology.bolt.error.policy": "fail"})
+    topo["components"][0]["bolt"] = BOLT  # the entry component records and acks itself
+    run = Run(tmp, topo, 1).start()
+    slot = run.cluster.slots[0]
+    conn = run.conns[slot]
+    rows = [[f"k{i % 5}", i] for i in range(300)]
+    msgs = [
+        TaskMessage(1, _arrow(rows[:150], ["key", "n"])),
+        TaskMessage(2, _arrow(rows[150:], ["n", "key"])),
+    ]
+    h = BatchHeader("q", 0, 0, 0, 2, PROCESSED)
+    conn.send_group(h, msgs)
+    assert conn.wait_acks([h.key], PROCESSED, 30) == {h.key: PROCESSED}
+    conn.send_group(h, msgs)  # a replay of a processed group: dropped
+    assert conn.wait_acks([h.key], ACCEPTED, 30) == {h.key: PROCESSED}
+    bad = BatchHeader("q", 0, 0, 1, 1, PROCESSED)
+    conn.send_group(bad, [TaskMessage(1, _arrow([["boom", 0]], ["key", "n"]))])
+    assert conn.wait_acks([bad.key], PROCESSED, 30) == {bad.key: FAILED}
+    missing = BatchHeader("q", 0, 0, 2, 2, ACCEPTED)
+    good_then_bad = [
+        TaskMessage(1, _arrow([["fine", 1]], ["key", "n"])),
+        TaskMessage(2, _arrow([["x"]], ["key"])),
+    ]
+    conn.send_group(missing, good_then_bad)  # the second lacks field "n": nothing of the group is queued
+    assert conn.wait_acks([missing.key], ACCEPTED, 30) == {missing.key: FAILED}
+    wait_until(lambda: run.health(slot)["counters"]["bad_payload"] == 1, what="the bad payload to be counted")
+    records = run.stop()
+    assert sum(r["count"] for r in records["in"].values()) == 300
+    assert sum(r["count"] for r in records["stage1"].values()) == 300
