@@ -146,9 +146,7 @@ def run_transport(conf: dict[str, Any], n: int, batch: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -159,11 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     best: dict[str, float] = {}
     for r in range(args.rounds):
         for name in ["baseline", *sides]:
-            secs = (
-                run_baseline(n, args.batch)
-                if name == "baseline"
-                else run_transport(SIDES[name], n, args.batch)
-            )
+            secs = run_baseline(n, args.batch) if name == "baseline" else run_transport(SIDES[name], n, args.batch)
             best[name] = min(best.get(name, float("inf")), secs)
             print(f"round {r + 1}: {name:9s} {n / secs:12,.0f} msg/s", file=sys.stderr, flush=True)
     base = n / best["baseline"]

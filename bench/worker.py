@@ -99,9 +99,7 @@ def run_topology(topo: dict[str, Any], workers: int, sink: str, n: int, batch: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)

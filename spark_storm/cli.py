@@ -163,9 +163,7 @@ def _local_cluster(args: argparse.Namespace) -> int:
     print(cluster.plan.describe())
     for slot in cluster.slots:
         hb = cluster.heartbeat(slot) or {}
-        print(
-            f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics"
-        )
+        print(f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics")
     print("running; Ctrl-C stops every worker (ordered shutdown)", flush=True)
     while not stop["now"] and all(p.poll() is None for p in cluster.procs.values()):
         time.sleep(0.2)
@@ -218,9 +216,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args))
     except StormError as exc:

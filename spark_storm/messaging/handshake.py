@@ -91,9 +91,7 @@ class ClientHandshake:
         self._server_nonce = challenge.nonce
         if self._secret is None:
             return Auth(b"")
-        return Auth(
-            _mac(self._secret, b"client", challenge.nonce, self._nonce, self.session_id, self.topology_id)
-        )
+        return Auth(_mac(self._secret, b"client", challenge.nonce, self._nonce, self.session_id, self.topology_id))
 
     def on_ok(self, ok: Ok) -> int:
         """Check the server's proof and return its ``resume_after`` sequence.
@@ -104,9 +102,7 @@ class ClientHandshake:
             We have a secret and the server could not prove it has the same one.
         """
         if self._secret is not None:
-            want = _mac(
-                self._secret, b"server", self._nonce, self._server_nonce, self.session_id, self.topology_id
-            )
+            want = _mac(self._secret, b"server", self._nonce, self._server_nonce, self.session_id, self.topology_id)
             if not hmac.compare_digest(want, ok.mac):
                 msg = (
                     f"server {self._peer} failed to prove the shared secret: it is not the "
@@ -145,10 +141,7 @@ class ServerHandshake:
             Protocol version or topology id do not match.
         """
         if hello.version != PROTOCOL_VERSION:
-            msg = (
-                f"client {self._peer} speaks protocol version {hello.version}, "
-                f"server speaks {PROTOCOL_VERSION}"
-            )
+            msg = f"client {self._peer} speaks protocol version {hello.version}, server speaks {PROTOCOL_VERSION}"
             raise AuthenticationError(msg)
         if hello.topology_id != self.topology_id:
             msg = (

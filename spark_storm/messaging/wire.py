@@ -321,9 +321,7 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, Receipt):
         return RECEIPT, _RECEIPT.pack(frame.seq)
     if isinstance(frame, BatchHeader):
-        fixed = _BATCH_HEADER.pack(
-            frame.batch_id, frame.partition, frame.sequence, frame.count, frame.required
-        )
+        fixed = _BATCH_HEADER.pack(frame.batch_id, frame.partition, frame.sequence, frame.count, frame.required)
         return BATCH_HEADER, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchAck):
         fixed = _BATCH_ACK.pack(frame.batch_id, frame.partition, frame.sequence, frame.status)
@@ -536,10 +534,7 @@ class FrameDecoder:
     def _check_header(self, buf: bytes | bytearray) -> tuple[int, int]:
         code, length = HEADER.unpack_from(buf, 0)
         if length < 0 or length > self._max:
-            msg = (
-                f"frame length {length} (code {code}) is outside 0..{self._max} "
-                "(storm.messaging.max.frame.bytes)"
-            )
+            msg = f"frame length {length} (code {code}) is outside 0..{self._max} (storm.messaging.max.frame.bytes)"
             raise WireFormatError(msg)
         if code < 0 and code not in _KNOWN_CODES:
             msg = f"unknown control code {code}"

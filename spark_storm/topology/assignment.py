@@ -180,6 +180,4 @@ def plan(topology: Topology, slots: Sequence[Slot] | str | None = None) -> Plan:
     executors.sort()
     executor_slot = {e: ordered[i % len(ordered)] for i, e in enumerate(executors)}
     task_slot = {t: executor_slot[e] for e in executors for t in e.tasks}
-    return Plan(
-        topology, ordered, component_tasks, tuple(executors), executor_slot, task_slot, task_component
-    )
+    return Plan(topology, ordered, component_tasks, tuple(executors), executor_slot, task_slot, task_component)

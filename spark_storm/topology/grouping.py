@@ -84,9 +84,7 @@ class DirectGrouper(Grouper):
 class LocalOrShuffleGrouper(ShuffleGrouper):
     """Shuffle among targets in this worker when there are any, else among all."""
 
-    def __init__(
-        self, targets: Sequence[int], local_tasks: Iterable[int], rng: random.Random | None = None
-    ) -> None:
+    def __init__(self, targets: Sequence[int], local_tasks: Iterable[int], rng: random.Random | None = None) -> None:
         local = set(local_tasks)
         mine = [t for t in targets if t in local]
         super().__init__(mine or targets, rng)

@@ -101,6 +101,9 @@ class Component:
     inputs: tuple[Input, ...] = ()
     source: bool = False
     conf: Mapping[str, Any] = field(default_factory=dict)
+    #: Sources only: how clients (Spark) spread tuples over the source's tasks.
+    grouping: str = "shuffle"
+    grouping_fields: tuple[str, ...] = ()
 
     @property
     def num_tasks(self) -> int:
@@ -177,6 +180,22 @@ def _validate(topo: Topology) -> None:
         if comp.tasks and comp.tasks < comp.parallelism:
             msg = f"{where}: tasks ({comp.tasks}) must be >= parallelism ({comp.parallelism})"
             raise ConfigError(msg)
+        if comp.source:
+            if comp.grouping not in GROUPINGS:
+                close = difflib.get_close_matches(comp.grouping, GROUPINGS, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                msg = f"{where}: unknown grouping {comp.grouping!r}.{hint} Use one of {', '.join(GROUPINGS)}"
+                raise ConfigError(msg)
+            missing = [f for f in comp.grouping_fields if f not in comp.fields_of(DEFAULT_STREAM)]
+            if comp.grouping == "fields" and (not comp.grouping_fields or missing):
+                msg = (
+                    f"{where}: fields grouping needs 'grouping_fields' among its fields "
+                    f"{list(comp.fields_of(DEFAULT_STREAM))}"
+                )
+                raise ConfigError(msg)
+        elif comp.grouping != "shuffle" or comp.grouping_fields:
+            msg = f"{where}: 'grouping' on a component applies to sources; bolts set it per input"
+            raise ConfigError(msg)
         if comp.source and comp.inputs:
             msg = f"{where}: a source gets its tuples from clients, it cannot have inputs"
             raise ConfigError(msg)
@@ -244,6 +263,8 @@ _COMPONENT_KEYS: Final = {
     "inputs",
     "source",
     "conf",
+    "grouping",
+    "grouping_fields",
 }
 _INPUT_KEYS: Final = {"from", "grouping", "stream", "fields"}
 
@@ -324,6 +345,8 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
             inputs=tuple(inputs),
             source=source,
             conf=dict(raw.get("conf") or {}),
+            grouping=str(raw.get("grouping", "shuffle")),
+            grouping_fields=_strs(raw.get("grouping_fields", ()), f"{where}.grouping_fields"),
         )
     return Topology(
         name=str(data.get("name", "")),

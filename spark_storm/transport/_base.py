@@ -316,9 +316,7 @@ class ClientBase(_Side):
         deadline = time.monotonic() + timeout
         with self._ack_cond:
             while True:
-                done = all(
-                    k in self._acks and (self._acks[k] >= status or self._acks[k] == FAILED) for k in wanted
-                )
+                done = all(k in self._acks and (self._acks[k] >= status or self._acks[k] == FAILED) for k in wanted)
                 remaining = deadline - time.monotonic()
                 if done or remaining <= 0:
                     return {k: self._acks.pop(k) for k in wanted if k in self._acks}

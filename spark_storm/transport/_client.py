@@ -75,9 +75,7 @@ class SessionClient(ClientBase):
         self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
-        self._backoff = Backoff(
-            conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
-        )
+        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
         self._status = ConnectionStatus.CONNECTING
         self._status_cond = threading.Condition()
         self._closing = threading.Event()

@@ -117,8 +117,7 @@ class ClientSession:
                 if self._policy == "drop":
                     self.lost += count
                     logger.error(
-                        "dropping %d messages for %s: %d bytes unacknowledged is over the high "
-                        "watermark (policy drop)",
+                        "dropping %d messages for %s: %d bytes unacknowledged is over the high watermark (policy drop)",
                         count,
                         self._peer,
                         self._unacked_bytes,

@@ -259,10 +259,7 @@ class Context(IContext):
                 self._next_port += 1
             key = (topology_id, port)
             if key in self._servers:
-                msg = (
-                    f"local port {port} is already bound for topology {topology_id!r}; "
-                    "close that server first"
-                )
+                msg = f"local port {port} is already bound for topology {topology_id!r}; close that server first"
                 raise TransportError(msg)
             server = LocalServer(self, topology_id, port, callback)
             self._servers[key] = server

@@ -118,9 +118,7 @@ class TcpServer(ServerBase):
         self._sel = selectors.DefaultSelector()
         self._sel.register(listener, selectors.EVENT_READ, "accept")
         self._sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
-        self._thread = threading.Thread(
-            target=self._run, name=f"spark-storm-tcp-server-{self._port}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"spark-storm-tcp-server-{self._port}", daemon=True)
         self._thread.start()
         logger.info("tcp server for %s listening on %s:%d", topology_id, host, self._port)
 
@@ -458,6 +456,8 @@ class TcpClient(SessionClient):
         self._received += 1
 
     def _say_goodbye(self, sock: socket.socket, out: bytearray) -> None:
+        while self._control_out:  # e.g. a commit sent just before close()
+            out += self._control_out.popleft()
         out += encode_control(Close())
         sock.setblocking(True)
         sock.settimeout(1.0)

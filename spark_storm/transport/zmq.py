@@ -91,9 +91,7 @@ class ZmqServer(ServerBase):
         self._commands: deque[bytes] = deque()
         self._directed: deque[tuple[bytes, bytes]] = deque()
         self._waker = Waker()
-        self._thread = threading.Thread(
-            target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True)
         self._thread.start()
         logger.info("zmq server for %s bound at %s", topology_id, self._endpoint)
 
@@ -259,6 +257,8 @@ class ZmqClient(SessionClient):
                     if close_deadline is None:
                         close_deadline = now + self._flush_timeout
                     if (self._session.pending == 0 and not out) or now > close_deadline:
+                        while self._control_out:  # e.g. a commit sent just before close()
+                            self._try_send(self._control_out.popleft())
                         self._try_send(encode_control(Close()))
                         break
                 if connected and (proto is None or (retry_at is not None and now >= retry_at)):
@@ -315,9 +315,7 @@ class ZmqClient(SessionClient):
             return False
         return True
 
-    def _on_monitor(
-        self, connected: bool, proto: ClientProtocol | None
-    ) -> tuple[bool, ClientProtocol | None]:
+    def _on_monitor(self, connected: bool, proto: ClientProtocol | None) -> tuple[bool, ClientProtocol | None]:
         while True:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)

@@ -156,9 +156,7 @@ class LocalCluster:
         log = self.heartbeat_dir / f"worker-{slot.port}.log"
         self.logs[slot] = log
         with log.open("a") as out:
-            self.procs[slot] = subprocess.Popen(
-                self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True
-            )
+            self.procs[slot] = subprocess.Popen(self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True)
 
     def heartbeat(self, slot: Slot) -> dict[str, Any] | None:
         path = self.heartbeat_dir / f"{self.topology.name}-{slot.port}.json"

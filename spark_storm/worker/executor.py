@@ -90,9 +90,7 @@ class BoltStats:
 class TaskCollector(OutputCollector):
     """The collector of one task: routes emits by the consumers' groupings."""
 
-    def __init__(
-        self, worker: Worker, component: Component, task: int, stats: BoltStats, buffer: EmitBuffer
-    ) -> None:
+    def __init__(self, worker: Worker, component: Component, task: int, stats: BoltStats, buffer: EmitBuffer) -> None:
         self._worker = worker
         self._buffer = buffer
         self._component = component
@@ -104,9 +102,7 @@ class TaskCollector(OutputCollector):
             routes = []
             for consumer, inp in topo.consumers(component.id, stream):
                 targets = list(worker.plan.component_tasks[consumer.id])
-                grouper = make_grouper(
-                    inp, component, targets, local_tasks=worker.local_tasks, load=worker.get_load
-                )
+                grouper = make_grouper(inp, component, targets, local_tasks=worker.local_tasks, load=worker.get_load)
                 routes.append((inp.grouping, grouper))
             self._routes[stream] = routes
 
@@ -284,9 +280,7 @@ class Executor:
             self.bolts[task].execute(tup)
         except Exception as exc:
             stats.errors += 1
-            logger.exception(
-                "bolt %s task %d raised on %r (policy %s)", self.component.id, task, tup, self.policy
-            )
+            logger.exception("bolt %s task %d raised on %r (policy %s)", self.component.id, task, tup, self.policy)
             if self.policy == "fail":
                 self.collectors[task].fail(tup)
             elif self.policy == "stop":

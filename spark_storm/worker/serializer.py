@@ -59,10 +59,7 @@ class MsgpackSerializer(Serializer):
         try:
             return self._packer.pack(obj)  # type: ignore[no-any-return]
         except (TypeError, ValueError) as exc:
-            msg = (
-                f"cannot serialize {obj!r} with msgpack: {exc}; "
-                "emit str/bytes/int/float/bool/None/list/dict values"
-            )
+            msg = f"cannot serialize {obj!r} with msgpack: {exc}; emit str/bytes/int/float/bool/None/list/dict values"
             raise WireFormatError(msg) from exc
 
     def loads(self, data: bytes) -> Any:

@@ -53,9 +53,7 @@ class Tuple:
         try:
             return self.values[self.fields.index(field)]
         except ValueError:
-            msg = (
-                f"tuple from {self.source_component!r} has no field {field!r}; fields are {list(self.fields)}"
-            )
+            msg = f"tuple from {self.source_component!r} has no field {field!r}; fields are {list(self.fields)}"
             raise KeyError(msg) from None
 
     def __getitem__(self, index: int) -> Any:

@@ -297,9 +297,7 @@ class Worker:
         self._write_heartbeat("stopped")
         self._stopped.set()
         if not clean:
-            logger.error(
-                "worker %s: shutdown deadline of %.1fs passed before everything drained", self.slot, timeout
-            )
+            logger.error("worker %s: shutdown deadline of %.1fs passed before everything drained", self.slot, timeout)
         logger.info("worker %s stopped", self.slot)
         return clean
 
@@ -484,9 +482,7 @@ class Worker:
                 self._pull_busy = False
 
     # ------------------------------------------------------------------ transfer path
-    def transfer(
-        self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]
-    ) -> None:
+    def transfer(self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]) -> None:
         """Send an emitted tuple to ``targets`` now (local ones straight to their queue)."""
         buffer = EmitBuffer(self)
         buffer.add(component, src_task, stream, values, targets)
@@ -523,9 +519,7 @@ class Worker:
         for slot, msgs in by_slot.items():
             conn = self.connections.get(slot)
             if conn is None:
-                logger.error(
-                    "worker %s: no connection to %s; holding %d messages", self.slot, slot, len(msgs)
-                )
+                logger.error("worker %s: no connection to %s; holding %d messages", self.slot, slot, len(msgs))
                 self._held.extend(msgs)
                 continue
             bp = conn.backpressure_tasks()
@@ -558,9 +552,7 @@ class Worker:
                 self._bp_tasks |= tasks
             else:
                 self._bp_tasks -= tasks
-        status = BackpressureStatus(
-            str(self.slot), tasks if on else frozenset(), frozenset() if on else tasks
-        )
+        status = BackpressureStatus(str(self.slot), tasks if on else frozenset(), frozenset() if on else tasks)
         server = self.server
         if server is not None:
             try:
@@ -576,9 +568,7 @@ class Worker:
     def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
         """Load of ``tasks`` (local from queues, remote from what their workers report)."""
         tasks = list(tasks)
-        out = {
-            t: len(self.task_queue[t]) / self.task_queue[t].capacity for t in tasks if t in self.task_queue
-        }
+        out = {t: len(self.task_queue[t]) / self.task_queue[t].capacity for t in tasks if t in self.task_queue}
         for slot, conn in self.connections.items():
             remote = [t for t in tasks if self.plan.task_slot.get(t) == slot]
             if remote:

@@ -29,12 +29,7 @@ class RecordingBolt(Bolt):
         if tup.is_tick:
             self.ticks += 1
             return
-        if (
-            tup.source_task == -1
-            and tup.stream == "default"
-            and tup.source_component == "__client"
-            and not tup.fields
-        ):
+        if tup.source_task == -1 and tup.stream == "default" and tup.source_component == "__client" and not tup.fields:
             self.broadcast += 1
             return
         key = str(tup.values[0])

@@ -10,9 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "spark_storm.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "spark_storm.cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("transport", ["tcp", "zmq"])

@@ -431,9 +431,7 @@ def test_auth_accepted_with_the_same_secret(variant: str, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("variant", CROSS_PROCESS)
 @pytest.mark.parametrize("client_secret", ["wrong", None])
-def test_auth_rejected_with_a_wrong_or_missing_secret(
-    variant: str, client_secret: str | None, tmp_path: Path
-) -> None:
+def test_auth_rejected_with_a_wrong_or_missing_secret(variant: str, client_secret: str | None, tmp_path: Path) -> None:
     net = Net(variant, {**VARIANTS[variant], "storm.messaging.zmq.ipc.dir": str(tmp_path)})
     try:
         sctx = net.ctx(storm__messaging__auth__secret="right")

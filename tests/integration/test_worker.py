@@ -65,9 +65,7 @@ class Run:
         self.records.mkdir(exist_ok=True)
         path = tmp / "topology.yaml"
         path.write_text(yaml.safe_dump(topo))
-        self.cluster = LocalCluster(
-            str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides}
-        )
+        self.cluster = LocalCluster(str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides})
         self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
         self.conns: dict[Slot, IConnection] = {}
         self.stopped = False
@@ -75,9 +73,7 @@ class Run:
 
     def start(self) -> Run:
         self.cluster.start()
-        self.conns = {
-            s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots
-        }
+        self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
         return self
 
     @property
@@ -139,9 +135,7 @@ def _check_stage2(records: dict[str, dict[int, dict[str, Any]]], total: int) -> 
     assert all(len(t) == 1 for t in owners.values()), owners  # each key in exactly one task
 
 
-@pytest.mark.parametrize(
-    "grouping", ["shuffle", "fields", "all", "global", "local_or_shuffle", "none", "load_aware"]
-)
+@pytest.mark.parametrize("grouping", ["shuffle", "fields", "all", "global", "local_or_shuffle", "none", "load_aware"])
 def test_three_stages_over_two_workers_every_grouping(tmp: Path, grouping: str) -> None:
     run = Run(tmp, three_stage(grouping, tmp / "records"), 2).start()
     n = 600
@@ -205,13 +199,9 @@ def test_unknown_task_is_counted_and_dropped_and_broadcast_reaches_every_task(tm
     run = Run(tmp, three_stage("shuffle", tmp / "records"), 1).start()
     slot = run.cluster.slots[0]
     conn = run.conns[slot]
-    conn.send(
-        [TaskMessage(999, b"x"), TaskMessage(BROADCAST_TASK, msgpack.packb([-1, "default", ["hello"]]))]
-    )
+    conn.send([TaskMessage(999, b"x"), TaskMessage(BROADCAST_TASK, msgpack.packb([-1, "default", ["hello"]]))])
     run.send_to_sources(_rows(50))
-    wait_until(
-        lambda: run.health(slot)["counters"]["unknown_task"] == 1, what="the unknown task to be counted"
-    )
+    wait_until(lambda: run.health(slot)["counters"]["unknown_task"] == 1, what="the unknown task to be counted")
     records = run.stop()
     assert sum(r["count"] for r in records["stage1"].values()) == 50
     assert all(r["broadcast"] == 1 for comp in ("stage1", "stage2") for r in records[comp].values())
@@ -223,9 +213,7 @@ def test_bolt_exception_is_logged_and_the_executor_goes_on(tmp: Path) -> None:
     run.send_to_sources([["boom", 0], *_rows(20)])
     slot = run.cluster.slots[0]
     wait_until(
-        lambda: (
-            sum(t["errors"] for e in run.health(slot)["executors"].values() for t in e["tasks"].values()) == 1
-        ),
+        lambda: sum(t["errors"] for e in run.health(slot)["executors"].values() for t in e["tasks"].values()) == 1,
         what="the error to be counted",
     )
     records = run.stop()
@@ -253,12 +241,7 @@ def test_backpressure_holds_the_sender_without_loss_or_unbounded_memory(tmp: Pat
     peak = 0
     saw_bp = False
     for i in range(0, n, 100):
-        conn.send(
-            [
-                TaskMessage(sources[j % 2], msgpack.packb([f"k{j % 7}", j]) + b" " * 0)
-                for j in range(i, i + 100)
-            ]
-        )
+        conn.send([TaskMessage(sources[j % 2], msgpack.packb([f"k{j % 7}", j]) + b" " * 0) for j in range(i, i + 100)])
         peak = max(peak, conn.metrics()["pending_bytes"])
         saw_bp = saw_bp or bool(conn.backpressure_tasks())
     assert conn.flush(120)
@@ -332,9 +315,7 @@ def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow
 
 def test_dead_letter_file_gets_unknown_tasks(tmp: Path) -> None:
     dead = tmp / "dead.jsonl"
-    run = Run(
-        tmp, three_stage("shuffle", tmp / "records"), 1, **{"topology.worker.dead.letter.file": str(dead)}
-    )
+    run = Run(tmp, three_stage("shuffle", tmp / "records"), 1, **{"topology.worker.dead.letter.file": str(dead)})
     run.start()
     run.conns[run.cluster.slots[0]].send([TaskMessage(4242, b"lost?")])
     wait_until(dead.exists, what="the dead-letter file")

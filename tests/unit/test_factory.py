@@ -55,9 +55,7 @@ def test_unknown_paths_are_unknown_transport_errors(path: str, match: str) -> No
 
 
 def test_constructor_failure_is_a_different_error_with_the_cause_chained() -> None:
-    with pytest.raises(
-        TransportInitError, match="failed to build its context: OSError: no such device"
-    ) as info:
+    with pytest.raises(TransportInitError, match="failed to build its context: OSError: no such device") as info:
         _make("tests.unit.plugins.sample:Exploding")
     assert isinstance(info.value.__cause__, OSError)
     assert isinstance(info.value, StormError)

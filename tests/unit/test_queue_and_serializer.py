@@ -39,9 +39,7 @@ def test_ring_is_bounded_publish_waits_and_counts_overflow() -> None:
 
 def test_watermarks_fire_once_each_way() -> None:
     events: list[str] = []
-    q: RingQueue[int] = RingQueue(
-        10, "q", 0.8, 0.2, lambda: events.append("high"), lambda: events.append("low")
-    )
+    q: RingQueue[int] = RingQueue(10, "q", 0.8, 0.2, lambda: events.append("high"), lambda: events.append("low"))
     q.publish(list(range(7)))
     assert events == []
     q.publish([7, 8])
@@ -74,9 +72,7 @@ def test_pickle_needs_permission_and_authentication() -> None:
     with pytest.raises(ConfigError, match=r"allow\.pickle"):
         make_serializer(Config.of({"topology.serializer": "pickle"}))
     with pytest.raises(ConfigError, match="authenticated links"):
-        make_serializer(
-            Config.of({"topology.serializer": "pickle", "topology.serializer.allow.pickle": True})
-        )
+        make_serializer(Config.of({"topology.serializer": "pickle", "topology.serializer.allow.pickle": True}))
     ok = make_serializer(
         Config.of(
             {

@@ -1,0 +1,216 @@
+"""Vectorised routing of Arrow record batches to task ids.
+
+Row -> task is computed per column with numpy, never per Python row, and agrees exactly
+with the worker-side groupers (``spark_storm.topology.grouping``) for the same topology:
+
+* shuffle (and none, local_or_shuffle, load_aware — a writer has no "local" task, and
+  routing must be deterministic so a retried task sends the same groups): row ``i`` of a
+  partition goes to ``tasks[(partition + i) % n]``;
+* fields: Spark's ``hash(cols)`` (Murmur3 x86_32, seed 42, integers as longs) in numpy,
+  then ``pmod(hash, n)`` — the same value ``topology.hashing.fields_hash`` gives;
+* all: every row to every task; global: the lowest task; direct: an explicit task column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spark_storm.errors import ConfigError
+from spark_storm.topology.hashing import SPARK_HASH_SEED
+
+__all__ = ["Router", "spark_hash"]
+
+_BINARY_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+_C1 = np.uint32(0xCC9E2D51)
+_C2 = np.uint32(0x1B873593)
+
+
+def _rotl(x: Any, r: int) -> Any:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix_k1(k1: Any) -> Any:
+    return _rotl(k1 * _C1, 15) * _C2
+
+
+def _mix_h1(h1: Any, k1: Any) -> Any:
+    h1 = h1 ^ k1
+    return _rotl(h1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def _fmix(h1: Any, length: Any) -> Any:
+    h1 = h1 ^ length.astype(np.uint32)
+    h1 = h1 ^ (h1 >> np.uint32(16))
+    h1 = h1 * np.uint32(0x85EBCA6B)
+    h1 = h1 ^ (h1 >> np.uint32(13))
+    h1 = h1 * np.uint32(0xC2B2AE35)
+    return h1 ^ (h1 >> np.uint32(16))
+
+
+def _hash_long(values: Any, seed: Any) -> Any:
+    v = values.astype(np.int64).view(np.uint64)
+    h1 = _mix_h1(seed, _mix_k1((v & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+    h1 = _mix_h1(h1, _mix_k1((v >> np.uint64(32)).astype(np.uint32)))
+    return _fmix(h1, np.full(len(v), 8, dtype=np.uint32))
+
+
+def _hash_int(values: Any, seed: Any) -> Any:
+    h1 = _mix_h1(seed, _mix_k1(values.astype(np.int64).astype(np.uint32)))
+    return _fmix(h1, np.full(len(values), 4, dtype=np.uint32))
+
+
+def _hash_binary(arr: pa.Array, seed: Any) -> Any:
+    """Spark's hashUnsafeBytes over a (large_)string/binary array, one round per 4-byte word."""
+    arr = arr.cast(pa.large_binary())
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data_buf = arr.buffers()[2]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    starts = offsets[:-1]
+    lengths = (offsets[1:] - starts).astype(np.int64)
+    words = lengths // 4
+    h1 = seed.copy()
+    padded = np.concatenate([data, np.zeros(4, np.uint8)])
+    for k in range(int(words.max()) if len(words) else 0):
+        active = words > k
+        pos = starts[active] + 4 * k
+        word = (
+            padded[pos].astype(np.uint32)
+            | (padded[pos + 1].astype(np.uint32) << np.uint32(8))
+            | (padded[pos + 2].astype(np.uint32) << np.uint32(16))
+            | (padded[pos + 3].astype(np.uint32) << np.uint32(24))
+        )
+        h1[active] = _mix_h1(h1[active], _mix_k1(word))
+    tails = lengths - words * 4
+    for t in range(3):
+        active = tails > t
+        if not active.any():
+            break
+        byte = padded[starts[active] + words[active] * 4 + t].astype(np.int8).astype(np.int32)
+        h1[active] = _mix_h1(h1[active], _mix_k1(byte.astype(np.uint32)))
+    return _fmix(h1, lengths.astype(np.uint32))
+
+
+def spark_hash(columns: Sequence[pa.Array]) -> Any:
+    """``pyspark.sql.functions.hash(*columns)`` for every row, as a numpy int32 array."""
+    n = len(columns[0]) if columns else 0
+    seed = np.full(n, SPARK_HASH_SEED, dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for col in columns:
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
+            valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            t = col.type
+            if pa.types.is_integer(t):
+                new = _hash_long(np.asarray(col.fill_null(0).to_numpy(zero_copy_only=False)), seed)
+            elif pa.types.is_boolean(t):
+                new = _hash_int(np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False)), seed)
+            elif pa.types.is_floating(t):
+                f = np.asarray(col.cast(pa.float64()).fill_null(0.0).to_numpy(zero_copy_only=False))
+                f = np.where(f == 0.0, 0.0, f)  # -0.0 hashes like 0.0
+                new = _hash_long(f.view(np.int64), seed)
+            elif (
+                pa.types.is_string(t)
+                or pa.types.is_large_string(t)
+                or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t)
+            ):
+                new = _hash_binary(col, seed)
+            else:
+                msg = (
+                    f"fields grouping cannot hash column type {t}; "
+                    "group on string, integer, float, boolean or binary columns"
+                )
+                raise ConfigError(msg)
+            seed = np.where(valid, new, seed)
+    return seed.view(np.int32)
+
+
+class Router:
+    """Routes the rows of record batches of one writer task (partition) to task ids.
+
+    Parameters
+    ----------
+    tasks : sequence of int
+        The entry component's tasks.
+    grouping : str
+        The source's declared grouping (or "direct" with ``task_column``).
+    key_columns : sequence of str
+        Columns hashed by fields grouping.
+    task_column : str, optional
+        Column holding explicit task ids (direct).
+    partition : int
+        The Spark partition id: offsets the round-robin start.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[int],
+        grouping: str,
+        key_columns: Sequence[str] = (),
+        task_column: str | None = None,
+        partition: int = 0,
+    ) -> None:
+        self.tasks = np.asarray(sorted(tasks), dtype=np.int64)
+        self.grouping = "direct" if task_column else grouping
+        self.key_columns = list(key_columns)
+        self.task_column = task_column
+        self._next = partition
+
+    def route(self, batch: pa.RecordBatch) -> Any | None:
+        """Task id per row (numpy int64), or None for "all" (every row to every task).
+
+        Raises
+        ------
+        ValueError
+            Direct routing found task ids outside the component's tasks (names them).
+        """
+        n = batch.num_rows
+        n_tasks = len(self.tasks)
+        g = self.grouping
+        if g == "all":
+            return None
+        if g == "global":
+            return np.full(n, self.tasks[0], dtype=np.int64)
+        if g == "fields":
+            h = spark_hash([batch.column(c) for c in self.key_columns]).astype(np.int64)
+            return self.tasks[np.mod(h, n_tasks)]
+        if g == "direct":
+            assert self.task_column is not None
+            col = batch.column(self.task_column)
+            if col.null_count:
+                msg = f"taskColumn {self.task_column!r} has {col.null_count} null task ids; every row needs one"
+                raise ValueError(msg)
+            ids = np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False))
+            bad = ~np.isin(ids, self.tasks)
+            if bad.any():
+                shown = sorted(set(ids[bad].tolist()))[:10]
+                msg = (
+                    f"taskColumn {self.task_column!r} holds task ids {shown} outside the component's tasks "
+                    f"{self.tasks[0]}..{self.tasks[-1]} ({int(bad.sum())} rows); fix the column or the topology"
+                )
+                raise ValueError(msg)
+            return ids
+        idx = (self._next + np.arange(n, dtype=np.int64)) % n_tasks
+        self._next = (self._next + n) % n_tasks
+        return self.tasks[idx]
+
+
+def split_by_task(
+    batch: pa.RecordBatch, tasks: Any | None, all_tasks: Sequence[int]
+) -> list[tuple[int, pa.RecordBatch]]:
+    """Group a batch's rows by task id (stable order within each task)."""
+    if tasks is None:
+        return [(int(t), batch) for t in all_tasks]
+    if len(tasks) == 0:
+        return []
+    order = np.argsort(tasks, kind="stable")
+    sorted_tasks = tasks[order]
+    bounds = np.flatnonzero(np.diff(sorted_tasks)) + 1
+    out = []
+    for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(order)]]), strict=True):
+        out.append((int(sorted_tasks[lo]), batch.take(pa.array(order[lo:hi]))))
+    return out

@@ -1,0 +1,246 @@
+"""The writer that runs in each Spark task: route, pack, send groups, wait for acks.
+
+One call of :func:`write_partition` is one Spark task (partition) of one micro-batch:
+
+1. the batch id / query id come from the task's local properties
+   (``streaming.sql.batchId``, ``sql.streaming.queryId``) unless given explicitly;
+2. each Arrow record batch is routed to task ids with numpy (:mod:`.routing`), split per
+   task, and packed into Arrow IPC payloads of at most ``maxRowsPerMessage`` rows
+   (no per-row Python work);
+3. per destination worker the messages of a record batch form one *group*, tagged
+   (query, batch, partition, sequence) — the sequence counts groups in send order, so
+   a retried task sends the very same groups and the workers drop the ones they have;
+4. the task returns its commit message only when every group is acknowledged at the
+   requested level (``accepted`` / ``processed``) within ``ackTimeoutMs``; otherwise it
+   raises, Spark retries it, and the replays are deduplicated.
+
+Connections are pooled per Python worker process (Spark reuses Python workers), so a
+micro-batch does not pay a connect and handshake per task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from spark_storm.errors import StormError
+from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.messaging.wire import FAILED, BatchHeader
+from spark_storm.spark.options import StormOptions
+from spark_storm.spark.routing import Router, split_by_task
+from spark_storm.topology import Slot
+from spark_storm.transport import make_context
+from spark_storm.worker.serializer import MsgpackSerializer
+
+__all__ = ["DeliveryError", "StormCommitMessage", "commit_batch", "write_partition"]
+
+logger = logging.getLogger(__name__)
+
+
+class DeliveryError(StormError):
+    """A writer task did not get every ack in time (Spark retries the task)."""
+
+
+@dataclass
+class StormCommitMessage:
+    """What a writer task reports to the driver's commit/abort."""
+
+    query_id: str
+    batch_id: int
+    partition: int
+    rows: int = 0
+    messages: int = 0
+    groups: int = 0
+    per_worker: dict[str, int] = field(default_factory=dict)
+
+
+class _Pool:
+    """One messaging context and one client per worker slot, per Python process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._contexts: dict[str, IContext] = {}
+        self._conns: dict[tuple[str, str, Slot], IConnection] = {}
+        atexit.register(self.close)
+
+    def connection(self, options: StormOptions, slot: Slot) -> IConnection:
+        conf = options.messaging_conf()
+        ckey = repr(sorted((k, repr(v)) for k, v in conf.items()))
+        key = (ckey, options.topology_id, slot)
+        with self._lock:
+            conn = self._conns.get(key)
+            if conn is not None and conn.status.value != "closed":
+                return conn
+            ctx = self._contexts.get(ckey)
+            if ctx is None:
+                ctx = self._contexts[ckey] = make_context(conf)
+            conn = self._conns[key] = ctx.connect(options.topology_id, slot.host, slot.port)
+            return conn
+
+    def close(self) -> None:
+        with self._lock:
+            contexts, self._contexts, self._conns = list(self._contexts.values()), {}, {}
+        for ctx in contexts:
+            ctx.term()
+
+
+POOL = _Pool()
+
+
+def _ids(options: StormOptions) -> tuple[str, int, int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    query_id = options.query_id
+    batch_id = options.batch_id
+    if ctx is not None:
+        query_id = query_id or ctx.getLocalProperty("sql.streaming.queryId")
+        if batch_id is None:
+            raw = ctx.getLocalProperty("streaming.sql.batchId")
+            batch_id = int(raw) if raw is not None else None
+    if query_id is None or batch_id is None:
+        msg = (
+            "storm writer: no query id / batch id (not a streaming micro-batch and none were given); "
+            "use writeStream, storm_sink in foreachBatch, or df.write with the driver-made ids"
+        )
+        raise DeliveryError(msg)
+    return query_id, batch_id, partition, attempt
+
+
+def _arrow_payload(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[TaskMessage]:
+    out = []
+    if options.serializer == "msgpack":
+        ser = MsgpackSerializer()
+        columns = [rows.column(c).to_pylist() for c in options.columns]
+        for values in zip(*columns, strict=True):  # per row: the opt-in non-vectorised format
+            out.append(TaskMessage(task, ser.dumps(list(values))))
+        return out
+    for start in range(0, rows.num_rows, options.max_rows):
+        out.append(TaskMessage(task, _arrow_payload(rows.slice(start, options.max_rows))))
+    return out
+
+
+def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) -> StormCommitMessage:
+    """Send one partition of one micro-batch; return only once it is acknowledged."""
+    query_id, batch_id, partition, attempt = _ids(options)
+    router = Router(options.tasks, options.grouping, options.key_columns, options.task_column, partition)
+    task_slot = options.plan.task_slot
+    result = StormCommitMessage(query_id, batch_id, partition)
+    pending: dict[Slot, list[tuple[str, int, int, int]]] = {}
+    sequence = 0
+    started = time.monotonic()
+    for rb in batches:
+        if rb.num_rows == 0:
+            continue
+        tasks = router.route(rb)
+        payload_cols = rb.select(list(options.columns))
+        by_slot: dict[Slot, list[TaskMessage]] = {}
+        for task, rows in split_by_task(payload_cols, tasks, options.tasks):
+            by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
+        for slot in sorted(by_slot):
+            msgs = by_slot[slot]
+            conn = POOL.connection(options, slot)
+            if options.delivery:
+                header = BatchHeader(query_id, batch_id, partition, sequence, len(msgs), options.delivery)
+                conn.send_group(header, msgs)
+                pending.setdefault(slot, []).append(header.key)
+                sequence += 1
+            else:
+                conn.send(msgs)
+            result.messages += len(msgs)
+            result.per_worker[str(slot)] = result.per_worker.get(str(slot), 0) + len(msgs)
+        result.rows += rb.num_rows
+    result.groups = sequence
+    if options.delivery:
+        _await_acks(options, pending, query_id, batch_id, partition)
+    else:
+        for name in result.per_worker:
+            host, _, port = name.rpartition(":")
+            POOL.connection(options, Slot(host, int(port))).flush(options.ack_timeout_s)
+    logger.info(
+        "storm writer: query %s batch %d partition %d attempt %d sent %d rows in %d groups in %.3fs",
+        query_id,
+        batch_id,
+        partition,
+        attempt,
+        result.rows,
+        result.groups,
+        time.monotonic() - started,
+    )
+    return result
+
+
+def _await_acks(
+    options: StormOptions,
+    pending: dict[Slot, list[tuple[str, int, int, int]]],
+    query_id: str,
+    batch_id: int,
+    partition: int,
+) -> None:
+    deadline = time.monotonic() + options.ack_timeout_s
+    level = "processed" if options.delivery == 2 else "accepted"
+    for slot, keys in pending.items():
+        conn = POOL.connection(options, slot)
+        got = conn.wait_acks(keys, options.delivery, max(0.0, deadline - time.monotonic()))
+        failed = [k for k, s in got.items() if s == FAILED]
+        missing = [k for k in keys if k not in got or (got[k] < options.delivery and got[k] != FAILED)]
+        if failed:
+            msg = (
+                f"worker {slot} reported FAILED for {len(failed)} of {len(keys)} groups of query {query_id} "
+                f"batch {batch_id} partition {partition} (a bolt failed a tuple or a payload was rejected; "
+                "see that worker's log); Spark will retry the task"
+            )
+            raise DeliveryError(msg)
+        if missing:
+            msg = (
+                f"no {level} ack from worker {slot} for {len(missing)} of {len(keys)} groups of query {query_id} "
+                f"batch {batch_id} partition {partition} within ackTimeoutMs={options.ack_timeout_s * 1000:.0f} "
+                f"(connection {conn.status.value}, last error: {conn.metrics().get('last_error')}); "
+                "Spark will retry the task and the worker drops what it already has"
+            )
+            raise DeliveryError(msg)
+
+
+def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) -> None:
+    """Driver side: tell every worker the batch is final so it can forget its dedupe state."""
+    query_ids = {m.query_id for m in messages if isinstance(m, StormCommitMessage)}
+    for query_id in query_ids:
+        for slot in options.plan.slots:
+            try:
+                POOL.connection(options, slot).send_commit(query_id, batch_id)
+            except StormError as exc:
+                logger.warning(
+                    "storm commit of %s/%d to %s failed (%s); the worker keeps its state longer",
+                    query_id,
+                    batch_id,
+                    slot,
+                    exc,
+                )
+    for slot in options.plan.slots:
+        POOL.connection(options, slot).flush(5.0)
+
+
+def rows_of(messages: Iterable[Any]) -> int:
+    """Total rows in a list of commit messages."""
+    return sum(m.rows for m in messages if isinstance(m, StormCommitMessage))
+
+
+def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+    """Accept record batches (Arrow writers) as they come."""
+    yield from iterator
