@@ -41,6 +41,7 @@ STORM_SERVER_RECEIVE_QUEUE_SIZE: Final = "storm.messaging.server.receive.queue.s
 STORM_HANDSHAKE_TIMEOUT_MS: Final = "storm.messaging.handshake.timeout.ms"
 STORM_SERVER_SESSIONS_MAX: Final = "storm.messaging.server.sessions.max"
 STORM_LEDGER_MAX: Final = "storm.messaging.server.ledger.max.size"
+STORM_LEDGER_REDELIVER_MS: Final = "storm.messaging.server.ledger.redeliver.after.ms"
 STORM_AUTH_SECRET: Final = "storm.messaging.auth.secret"
 STORM_AUTH_SECRET_FILE: Final = "storm.messaging.auth.secret.file"
 STORM_LOCAL_PENDING_MAX: Final = "storm.messaging.local.pending.max.size"

@@ -12,7 +12,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Self
 
-from spark_storm.config import STORM_LEDGER_MAX, STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
+from spark_storm.config import STORM_LEDGER_MAX, STORM_LEDGER_REDELIVER_MS, STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
 from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
@@ -77,7 +77,9 @@ class ServerBase(_Side):
         self._callback = as_callback(callback) if callback is not None else None
         self._closed = False
         self._peer_loads: dict[int, float] = {}
-        self.ledger = DeliveryLedger(conf.get_int(STORM_LEDGER_MAX, minimum=1))
+        self.ledger = DeliveryLedger(
+            conf.get_int(STORM_LEDGER_MAX, minimum=1), conf.get_int(STORM_LEDGER_REDELIVER_MS, minimum=0) / 1000
+        )
         self._counters: dict[str, int] = {
             "received": 0,
             "duplicates": 0,

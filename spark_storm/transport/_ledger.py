@@ -6,9 +6,11 @@ answer them), so no row reaches an executor queue twice:
 
 * unknown group -> deliver it; remember it as in progress;
 * replay of a group accepted (sender wants ACCEPTED) or processed -> drop, ack again;
-* replay of a group in progress -> drop, ack when it finishes;
-* replay of a group only ACCEPTED when the sender wants PROCESSED, or of a FAILED one ->
-  deliver again: its tuples were not all processed (at-least-once through the bolts).
+* replay of a group in progress, or ACCEPTED and still being processed -> drop, ack when
+  it finishes (exactly once into the executor queues);
+* replay of a FAILED group, or of one ACCEPTED longer than ``redeliver_after_s`` ago
+  without being PROCESSED (Storm's message timeout) -> deliver again (at-least-once
+  through the bolts).
 
 ``forget(query, batch)`` (the driver's commit) drops the entries of that batch and older
 ones of the query; a size bound evicts the oldest entries beyond it, with a warning.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,13 +40,15 @@ class _Entry:
     header: BatchHeader
     status: int = _IN_PROGRESS
     waiters: list[Reply] = field(default_factory=list)
+    since: float = field(default_factory=time.monotonic)
 
 
 class DeliveryLedger:
     """Thread-safe record of delivered groups, bounded by ``max_entries``."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, redeliver_after_s: float = 30.0) -> None:
         self._max = max_entries
+        self._redeliver_after = redeliver_after_s
         self._entries: OrderedDict[tuple[str, int, int, int], _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.replayed_groups = 0
@@ -61,13 +66,14 @@ class DeliveryLedger:
                 self._entries[header.key] = _Entry(header, _IN_PROGRESS, [reply])
                 self._bound()
                 return True
-            redeliver = entry.status == FAILED or (entry.status == ACCEPTED and header.required == PROCESSED)
+            stale = time.monotonic() - entry.since > self._redeliver_after
+            redeliver = entry.status == FAILED or (entry.status == ACCEPTED and header.required == PROCESSED and stale)
             if redeliver:
                 self._entries[header.key] = _Entry(header, _IN_PROGRESS, [reply])
                 return True
             self.replayed_groups += 1
             self.replayed_messages += header.count
-            if entry.status == _IN_PROGRESS:
+            if entry.status == _IN_PROGRESS or (entry.status == ACCEPTED and header.required == PROCESSED):
                 entry.waiters.append(reply)
             else:
                 ack_now = entry.status
@@ -81,6 +87,8 @@ class DeliveryLedger:
             entry = self._entries.get(header.key)
             if entry is None or entry.header is not header:
                 return  # forgotten (committed) or superseded by a redelivery
+            if status == ACCEPTED and entry.status == _IN_PROGRESS:
+                entry.since = time.monotonic()
             entry.status = max(entry.status, status) if status != FAILED else FAILED
             waiters = list(entry.waiters)
             final = status == FAILED or status >= entry.header.required

@@ -281,7 +281,9 @@ class Executor:
         except Exception as exc:
             stats.errors += 1
             logger.exception("bolt %s task %d raised on %r (policy %s)", self.component.id, task, tup, self.policy)
-            if self.policy == "fail":
+            if self.policy == "fail" or tup.root is not None:
+                # A tracked tuple that raised was not processed: fail it so the sender
+                # replays its group now, rather than after the redelivery timeout.
                 self.collectors[task].fail(tup)
             elif self.policy == "stop":
                 self.worker.request_stop(f"bolt {self.component.id} task {task} raised {exc!r} (policy stop)")

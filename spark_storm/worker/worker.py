@@ -107,6 +107,7 @@ class Worker:
             "unknown_task": 0,
             "bad_payload": 0,
             "dead_lettered": 0,
+            "source_tuples_in": 0,
             "received": 0,
             "tuples_in": 0,
         }
@@ -349,6 +350,7 @@ class Worker:
         by_queue: dict[int, tuple[RingQueue[AddressedTuple], list[AddressedTuple]]] = {}
         queue_of = self.task_queue
         published = 0
+        from_clients = 0
         with self._lock:
             self.counters["received"] += len(tasks)
         decoded: list[tuple[int, list[Tuple]]] = []
@@ -382,10 +384,13 @@ class Worker:
                 entry = by_queue[id(queue)] = (queue, [])
             entry[1].extend(AddressedTuple(task, t) for t in tuples)
             published += len(tuples)
+            if tuples and tuples[0].source_component == CLIENT_COMPONENT:
+                from_clients += len(tuples)
         for q, items in by_queue.values():
             q.publish(items)
         with self._lock:
             self.counters["tuples_in"] += published
+            self.counters["source_tuples_in"] += from_clients
         return published
 
     def _decode(self, task: int, payload: bytes, tracker: GroupTracker | None) -> list[Tuple]:

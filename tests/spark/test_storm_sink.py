@@ -1,0 +1,277 @@
+"""format("storm"), foreachBatch and batch writes into real worker processes, with exact counts."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_storm.topology.hashing import fields_hash
+from spark_storm.worker.cluster import LocalCluster
+from tests.helpers import wait_until
+from tests.spark.conftest import health, records, two_stage, write_json_rows
+
+pytestmark = pytest.mark.spark
+
+N = 1200
+
+
+def _rows(n: int = N, start: int = 0) -> list[dict[str, Any]]:
+    return [{"key": f"k{i % 37}", "n": i} for i in range(start, start + n)]
+
+
+def _stream(spark: Any, src: Path) -> Any:
+    return spark.readStream.schema("key string, n long").option("maxFilesPerTrigger", 2).json(str(src))
+
+
+def _tuples_in(cluster: LocalCluster) -> int:
+    """Rows that clients (Spark) put into source-task queues, over all workers."""
+    return sum(health(cluster, s)["counters"]["source_tuples_in"] for s in cluster.slots)
+
+
+def _replayed(cluster: LocalCluster) -> int:
+    return sum(health(cluster, s)["server"]["replayed_messages"] for s in cluster.slots)
+
+
+def _run(q: Any) -> None:
+    q.awaitTermination(300)
+    assert q.exception() is None, q.exception()
+
+
+def test_stream_is_delivered_exactly_once_and_routed_like_the_workers(spark: Any, tmp_path: Path) -> None:
+    topo = two_stage(tmp_path)
+    write_json_rows(tmp_path / "in", _rows())
+    with LocalCluster(str(topo), 2) as cluster:
+        q = (
+            _stream(spark, tmp_path / "in")
+            .writeStream.format("storm")  # no register(): auto-registered
+            .option("topology", str(topo))
+            .option("workers", cluster.workers_arg)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _run(q)
+        assert _tuples_in(cluster) == N
+    recs = records(tmp_path)
+    assert sum(r["count"] for r in recs["in"].values()) == N
+    assert sum(r["count"] for r in recs["next"].values()) == N
+    tasks = sorted(recs["in"])
+    for task, rec in recs["in"].items():  # Spark's routing == the worker-side fields hash
+        for key in rec["keys"]:
+            assert tasks[fields_hash([key]) % len(tasks)] == task
+
+
+def test_bad_options_fail_the_query_at_start_naming_the_option(spark: Any, tmp_path: Path) -> None:
+    topo = two_stage(tmp_path)
+    write_json_rows(tmp_path / "in", _rows(10))
+    cases = [
+        ({"component": "next"}, "not a source"),
+        ({"fields": "key,missing"}, "lacks"),
+        ({"delivery": "maybe"}, "use none, accepted"),
+        ({"ackTimeoutMS": "-3"}, "positive integer"),
+        ({"workerz": "x"}, "Did you mean 'workers'"),
+        ({"transport": "tpc"}, "Did you mean 'tcp'"),
+    ]
+    for extra, match in cases:
+        writer = _stream(spark, tmp_path / "in").writeStream.format("storm").option("topology", str(topo))
+        writer = writer.option("workers", "127.0.0.1:1,127.0.0.1:2").options(**extra)
+        q = writer.option("checkpointLocation", str(tmp_path / f"ck-{match[:5]}")).trigger(availableNow=True).start()
+        with pytest.raises(Exception, match=match):
+            q.awaitTermination(120)
+    from spark_storm.spark import storm_sink
+
+    with pytest.raises(Exception, match="option 'topology' is required"):
+        storm_sink(workers="127.0.0.1:1")
+
+
+def test_a_task_failing_upstream_of_the_writer_is_retried_exactly_once(spark: Any, tmp_path: Path) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    def fail_once(n: int) -> int:
+        ctx = TaskContext.get()
+        first_attempt = ctx is not None and ctx.attemptNumber() == 0
+        if first_attempt and n >= 100:
+            time.sleep(0.01)  # let the writer send the first record batches before the failure
+        if first_attempt and n == 290:
+            msg = "injected failure after half the partition was sent"
+            raise RuntimeError(msg)
+        return n
+
+    topo = two_stage(tmp_path)
+    write_json_rows(tmp_path / "in", _rows(300), files=1)
+    with LocalCluster(str(topo), 2) as cluster:
+        df = _stream(spark, tmp_path / "in").withColumn("n", F.udf(fail_once, LongType(), useArrow=False)("n"))
+        q = (
+            df.writeStream.format("storm")
+            .option("topology", str(topo))
+            .option("workers", cluster.workers_arg)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _run(q)
+        assert _tuples_in(cluster) == 300  # the retry delivered everything, once
+    recs = records(tmp_path)
+    assert sum(r["count"] for r in recs["in"].values()) == 300
+
+
+def test_a_task_that_fails_after_sending_is_retried_without_duplicates(spark: Any, tmp_path: Path) -> None:
+    # Bolts slower than ackTimeoutMs: the first attempt sends every group, then fails waiting
+    # for PROCESSED acks.  Spark retries; the replays wait for the groups in flight.
+    topo = two_stage(tmp_path, conf={"record.delay.s": 0.01})
+    write_json_rows(tmp_path / "in", _rows(300), files=1)
+    with LocalCluster(str(topo), 2) as cluster:
+        q = (
+            _stream(spark, tmp_path / "in")
+            .writeStream.format("storm")
+            .option("topology", str(topo))
+            .option("workers", cluster.workers_arg)
+            .option("delivery", "processed")
+            .option("ackTimeoutMs", "1000")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _run(q)
+        assert _replayed(cluster) > 0  # the retry really re-sent groups the first attempt had sent
+        assert _tuples_in(cluster) == 300  # ... and none reached a queue twice
+    recs = records(tmp_path)
+    assert sum(r["count"] for r in recs["in"].values()) == 300
+
+
+def test_query_stopped_mid_batch_and_restarted_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:
+    topo = two_stage(tmp_path, conf={"record.delay.s": 0.004})
+    write_json_rows(tmp_path / "in", _rows(400), files=1)
+    with LocalCluster(str(topo), 2) as cluster:
+
+        def start() -> Any:
+            return (
+                _stream(spark, tmp_path / "in")
+                .writeStream.format("storm")
+                .option("topology", str(topo))
+                .option("workers", cluster.workers_arg)
+                .option("delivery", "processed")
+                .option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(availableNow=True)
+                .start()
+            )
+
+        q = start()
+        wait_until(lambda: _tuples_in(cluster) > 0, what="the batch to be under way", timeout=120)
+        q.stop()  # mid-batch: the batch is not committed
+        assert _tuples_in(cluster) < 800
+        q = start()  # same checkpoint: Spark replays the uncommitted batch with the same id
+        _run(q)
+        wait_until(
+            lambda: (
+                sum(
+                    t["executed"]
+                    for s in cluster.slots
+                    for e in health(cluster, s)["executors"].values()
+                    if e["component"] == "in"
+                    for t in e["tasks"].values()
+                )
+                >= 400
+            ),
+            what="processing",
+            timeout=60,
+        )
+        assert _tuples_in(cluster) == 400 or _replayed(cluster) > 0
+        first_attempt_rows = _tuples_in(cluster)
+    recs = records(tmp_path)
+    # every row reached a queue exactly once (replays dropped), and was processed
+    assert first_attempt_rows == 400
+    assert sum(r["count"] for r in recs["in"].values()) == 400
+
+
+def test_worker_killed_mid_batch_and_restarted_query_retries_until_it_succeeds(spark: Any, tmp_path: Path) -> None:
+    topo = two_stage(tmp_path, conf={"record.delay.s": 0.003})
+    write_json_rows(tmp_path / "in", _rows(400), files=1)
+    cluster = LocalCluster(str(topo), 2, overrides={"storm.messaging.tcp.max_wait_ms": 200}).start()
+    try:
+        q = (
+            _stream(spark, tmp_path / "in")
+            .writeStream.format("storm")
+            .option("topology", str(topo))
+            .option("workers", cluster.workers_arg)
+            .option("delivery", "processed")
+            .option("ackTimeoutMs", "4000")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        victim = cluster.slots[0]
+        wait_until(
+            lambda: health(cluster, victim)["counters"]["source_tuples_in"] > 0, what="rows at the victim", timeout=120
+        )
+        cluster.kill(victim)  # SIGKILL: its queues and ledger are gone
+        cluster.start_worker(victim)
+        cluster.wait_running(60, [victim])
+        _run(q)
+        survivor = cluster.slots[1]
+        restarted_in = health(cluster, victim)["counters"]["source_tuples_in"]
+        survivor_in = health(cluster, survivor)["counters"]["source_tuples_in"]
+    finally:
+        codes = cluster.stop()
+    assert all(c == 0 for c in codes.values())
+    recs = records(tmp_path)  # only processes that lived to cleanup wrote records
+    processed = sum(r["count"] for r in recs["in"].values())
+    assert processed == restarted_in + survivor_in == 400  # each row exactly once in the live queues
+    assert signal.SIGKILL  # (the victim died by SIGKILL above)
+
+
+def test_foreach_batch_and_batch_writes_deliver_exactly_once(spark: Any, tmp_path: Path) -> None:
+    from spark_storm.spark import storm_sink
+
+    topo = two_stage(tmp_path)
+    write_json_rows(tmp_path / "in", _rows(500))
+    with LocalCluster(str(topo), 2) as cluster:
+        sink = storm_sink(topology=str(topo), workers=cluster.workers_arg)
+        q = (
+            _stream(spark, tmp_path / "in")
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        _run(q)
+        assert _tuples_in(cluster) == 500
+        batch_df = spark.read.schema("key string, n long").json(str(tmp_path / "in"))
+        batch_df.write.format("storm").mode("append").option("topology", str(topo)).option(
+            "workers", cluster.workers_arg
+        ).save()
+        assert _tuples_in(cluster) == 1000
+    recs = records(tmp_path)
+    assert sum(r["count"] for r in recs["in"].values()) == 1000
+
+
+def test_task_column_routes_explicitly_and_rejects_foreign_task_ids(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    topo = two_stage(tmp_path)
+    with LocalCluster(str(topo), 2) as cluster:
+        tasks = list(cluster.plan.component_tasks["in"])
+        df = spark.range(200).select(
+            F.concat(F.lit("k"), F.col("id").cast("string")).alias("key"),
+            F.col("id").alias("n"),
+            (F.lit(tasks[0]) + F.col("id") % len(tasks)).alias("task"),
+        )
+        df.write.format("storm").mode("append").option("topology", str(topo)).option(
+            "workers", cluster.workers_arg
+        ).option("taskColumn", "task").save()
+        assert _tuples_in(cluster) == 200
+        bad = df.withColumn("task", F.lit(999))
+        with pytest.raises(Exception, match=r"outside the component's tasks"):
+            bad.write.format("storm").mode("append").option("topology", str(topo)).option(
+                "workers", cluster.workers_arg
+            ).option("taskColumn", "task").save()
+        time.sleep(0)
+    recs = records(tmp_path)
+    per_task = {t: r["count"] for t, r in recs["in"].items()}
+    assert per_task == {t: 50 for t in tasks}
