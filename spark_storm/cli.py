@@ -2,7 +2,8 @@
 
 Commands
 --------
-demo            send messages through a transport between two processes, with live progress
+demo            local Spark streaming sentences into a 2-worker wordcount topology (live progress)
+transport-demo  send messages through a transport between two processes, with live progress
 worker          run one worker process of a topology
 local-cluster   run N worker processes on loopback until Ctrl-C
 topology plan   print a topology's tasks, executors and the worker each runs on
@@ -109,6 +110,15 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _spark_demo(args: argparse.Namespace) -> int:
+    try:
+        from spark_storm.spark.demo import run_demo
+    except ImportError as exc:
+        print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
+        return 2
+    return run_demo(args.seconds, args.rows_per_second, args.workers)
+
+
 def _config(args: argparse.Namespace) -> int:
     conf = load_config(args.conf)
     for key in sorted(conf):
@@ -177,7 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-storm", description="Storm-style workers fed by Spark")
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="two-process transport round trip with live progress")
+    sdemo = sub.add_parser("demo", help="local Spark -> format('storm') -> 2-worker wordcount, live progress")
+    sdemo.add_argument("--seconds", type=float, default=30.0, help="how long to stream (Ctrl-C stops early)")
+    sdemo.add_argument("--rows-per-second", type=int, default=2000)
+    sdemo.add_argument("--workers", type=int, default=2)
+    sdemo.set_defaults(func=_spark_demo)
+    demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
     demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))
     demo.add_argument("--messages", type=int, default=2_000_000)
     demo.add_argument("--seconds", type=float, default=20.0)

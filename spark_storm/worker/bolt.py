@@ -99,5 +99,7 @@ class PassThroughBolt(Bolt):
     """The default bolt of a source: emits each tuple unchanged on the default stream."""
 
     def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return  # ticks are for the bolt, not data to pass on
         self.collector.emit(tup.values, anchors=tup)
         self.collector.ack(tup)

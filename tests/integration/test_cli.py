@@ -15,7 +15,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("transport", ["tcp", "zmq"])
 def test_demo_round_trip_between_two_processes(transport: str) -> None:
-    out = _cli("demo", "--transport", transport, "--messages", "20000", "--batch", "500")
+    out = _cli("transport-demo", "--transport", transport, "--messages", "20000", "--batch", "500")
     assert out.returncode == 0, out.stderr
     assert "sent == received: OK" in out.stdout
     assert "received 20,000" in out.stdout
