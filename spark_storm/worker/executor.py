@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["BoltStats", "EmitBuffer", "Executor", "TaskCollector"]
 
 logger = logging.getLogger(__name__)
+_new = tuple.__new__
 
 
 class EmitBuffer:
@@ -57,7 +58,7 @@ class EmitBuffer:
                 entry = self._local.get(id(queue))
                 if entry is None:
                     entry = self._local[id(queue)] = (queue, [])
-                entry[1].append(AddressedTuple(task, tup))
+                entry[1].append(_new(AddressedTuple, (task, tup)))
             else:
                 if payload is None:
                     payload = worker.serializer.dumps_tuple(src_task, stream, values)
@@ -267,11 +268,12 @@ class Executor:
             self._execute(task, tick)
 
     def _handle(self, item: AddressedTuple, end_of_batch: bool) -> None:
-        if item.task == BROADCAST_TASK:
-            for task in self.bolts:
-                self._execute(task, item.tuple)
+        task, tup = item
+        if task == BROADCAST_TASK:
+            for each in self.bolts:
+                self._execute(each, tup)
         else:
-            self._execute(item.task, item.tuple)
+            self._execute(task, tup)
 
     def _execute(self, task: int, tup: Tuple) -> None:
         stats = self.stats[task]

@@ -37,4 +37,4 @@ def arrow_rows(payload: bytes, fields: Sequence[str]) -> list[list[Any]]:
         msg = f"Arrow payload lacks fields {missing} (it has {table.column_names}); send the source's fields"
         raise WireFormatError(msg)
     columns = [table.column(f).to_pylist() for f in fields]
-    return [list(row) for row in zip(*columns, strict=True)] if columns else [[] for _ in range(table.num_rows)]
+    return list(map(list, zip(*columns, strict=True))) if columns else [[] for _ in range(table.num_rows)]

@@ -52,6 +52,7 @@ from spark_storm.worker.tuples import BROADCAST_TASK, AddressedTuple, GroupTrack
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
 logger = logging.getLogger(__name__)
+_new = tuple.__new__
 
 #: ``source_component`` of tuples that external clients (Spark) send to source tasks.
 CLIENT_COMPONENT = "__client"
@@ -382,7 +383,8 @@ class Worker:
             entry = by_queue.get(id(queue))
             if entry is None:
                 entry = by_queue[id(queue)] = (queue, [])
-            entry[1].extend(AddressedTuple(task, t) for t in tuples)
+            # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs per row
+            entry[1].extend([_new(AddressedTuple, (task, t)) for t in tuples])
             published += len(tuples)
             if tuples and tuples[0].source_component == CLIENT_COMPONENT:
                 from_clients += len(tuples)

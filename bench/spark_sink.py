@@ -1,0 +1,131 @@
+"""Sustained rows/s of one streaming query into four sinks, measured in the same run.
+
+(a) Spark's ``noop`` sink; (b) a do-nothing ``DataSourceStreamArrowWriter`` that only
+counts rows (the ceiling of any Python sink); (c) ``format("storm")`` with
+``delivery=accepted`` into 2 workers whose source bolt is a no-op; (d) ``foreachBatch``
+through ``storm_sink``.  Rate source (``rate-micro-batch``: the same fixed number of rows
+in every micro-batch, so each sink gets identical batches whatever its speed), 1 s
+trigger, local[2].  The figure is the median ``processedRowsPerSecond`` (rows / batch
+duration) of the batches after a warm-up.
+
+    python -m bench.spark_sink [--seconds 20] [--rows-per-batch 500000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from spark_storm.spark import storm_sink
+from spark_storm.spark.session import local_session
+from spark_storm.worker.cluster import LocalCluster
+
+
+class CountingWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        n = 0
+        for batch in iterator:
+            n += batch.num_rows
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[Any], batchId: int) -> None:
+        return None
+
+
+class CountingSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "counting"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> CountingWriter:
+        return CountingWriter()
+
+
+def measure(start: Any, seconds: float, warmup: int = 1) -> float:
+    query = start()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+    rates = [p["processedRowsPerSecond"] for p in query.recentProgress if p["numInputRows"] > 0][warmup:]
+    query.stop()
+    return statistics.median(rates) if rates else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--rows-per-batch", type=int, default=500_000)
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    topo = {
+        "name": "benchsink",
+        "components": [
+            {
+                "id": "in",
+                "source": True,
+                "fields": ["value"],
+                "parallelism": 2,
+                "tasks": 4,
+                "bolt": "spark_storm.examples.noop:NoopBolt",
+            },
+        ],
+    }
+    topo_path = tmp / "topology.yaml"
+    topo_path.write_text(yaml.safe_dump(topo))
+    spark = local_session("bench-spark-sink", master="local[2]")
+    spark.dataSource.register(CountingSource)
+
+    def stream() -> Any:
+        return (
+            spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", args.rows_per_batch)
+            .load()
+            .select("value")
+        )
+
+    def start_with(fmt: str, **options: str) -> Any:
+        ck = tempfile.mkdtemp(dir=tmp)
+        writer = stream().writeStream.format(fmt).options(**options).option("checkpointLocation", ck)
+        return writer.trigger(processingTime="1 second").start()
+
+    results: dict[str, float] = {}
+    results["a noop"] = measure(lambda: start_with("noop"), args.seconds)
+    results["b counting Arrow writer"] = measure(lambda: start_with("counting"), args.seconds)
+    with LocalCluster(str(topo_path), 2) as cluster:
+        results["c format(storm)"] = measure(
+            lambda: start_with("storm", topology=str(topo_path), workers=cluster.workers_arg, delivery="accepted"),
+            args.seconds,
+        )
+        sink = storm_sink(topology=str(topo_path), workers=cluster.workers_arg, delivery="accepted")
+        results["d foreachBatch storm_sink"] = measure(
+            lambda: (
+                stream()
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", tempfile.mkdtemp(dir=tmp))
+                .trigger(processingTime="1 second")
+                .start()
+            ),
+            args.seconds,
+        )
+    spark.stop()
+    print(f"\nrate-micro-batch, {args.rows_per_batch:,} rows per batch, 1 s trigger, local[2]; median after warm-up")
+    for name, rate in results.items():
+        print(f"  {name:28s} {rate:14,.0f} rows/s")
+    c = results["c format(storm)"]
+    print(f"  c/b = {c / results['b counting Arrow writer']:.2f}   c/a = {c / results['a noop']:.2f}", file=sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
