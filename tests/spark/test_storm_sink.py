@@ -47,7 +47,7 @@ def test_stream_is_delivered_exactly_once_and_routed_like_the_workers(spark: Any
     with LocalCluster(str(topo), 2) as cluster:
         q = (
             _stream(spark, tmp_path / "in")
-            .writeStream.format("storm")  # no register(): auto-registered
+            .writeStream.format("storm")
             .option("topology", str(topo))
             .option("workers", cluster.workers_arg)
             .option("checkpointLocation", str(tmp_path / "ck"))
