@@ -17,14 +17,17 @@ import argparse
 import json
 import logging
 import multiprocessing as mp
+import os
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
+from types import FrameType
 from typing import Any
 
 from spark_storm import __version__
-from spark_storm.config import STORM_MESSAGING_TRANSPORT, load_config
+from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config, load_config
 from spark_storm.errors import ConfigError, StormError
 from spark_storm.messaging import MessageBatch, TaskMessage
 from spark_storm.transport import TRANSPORT_ALIASES, make_context
@@ -143,10 +146,45 @@ def _overrides(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from spark_storm.worker.cluster import run_worker
-
     conf = load_config(args.conf, _overrides(args.set))
     return run_worker(args.topology, args.host, args.port, args.workers, conf)
+
+
+def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
+    """Run one worker until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
+    from spark_storm.topology import Slot, load_topology, plan
+    from spark_storm.worker import Worker
+
+    topo = load_topology(topology_path)
+    p = plan(topo, workers) if workers else plan(topo)
+    worker = Worker(p, Slot(host, port), conf)
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signals["count"] += 1
+        if signals["count"] >= 2:
+            logger.error("second signal: exiting now without draining")
+            os._exit(3)
+        worker.request_stop(f"signal {signal.Signals(signum).name}", failure=False)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    worker.start()
+    print(
+        f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
+        f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
+        flush=True,
+    )
+    while not worker.stopping.wait(0.5):
+        pass
+    timeout = conf.get_int("topology.worker.shutdown.timeout.ms", minimum=0) / 1000
+    watchdog = threading.Timer(timeout + 5, lambda: os._exit(4))
+    watchdog.daemon = True
+    watchdog.start()
+    clean = worker.stop(timeout)
+    watchdog.cancel()
+    print(f"worker {worker.slot} stopped ({'clean' if clean else 'deadline passed'})", flush=True)
+    return 0 if clean and not worker.failed else 1
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -127,12 +127,13 @@ class ServerBase(_Side):
     def _call(self, callback: IConnectionCallback, batch: MessageBatch) -> None:
         try:
             callback.recv(batch)
-        except Exception:
+        except Exception as exc:
             with self._cond:
                 self._counters["callback_errors"] += 1
             logger.exception(
-                "receive callback %r raised on a batch of %d messages (%s); the batch counts as delivered",
+                "receive callback %r raised %r on a batch of %d messages (%s); the batch counts as delivered",
                 callback,
+                exc,
                 len(batch),
                 self.describe(),
             )
@@ -155,9 +156,9 @@ class ServerBase(_Side):
             return
         try:
             callback.recv_group(header, batch, done)
-        except Exception:
+        except Exception as exc:
             self.count("callback_errors")
-            logger.exception("receive callback failed on group %s (%s)", header.key, self.describe())
+            logger.exception("receive callback failed on group %s (%s): %r", header.key, self.describe(), exc)
             done(FAILED)
 
     def commit(self, query_id: str, batch_id: int) -> None:

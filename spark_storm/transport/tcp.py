@@ -148,8 +148,8 @@ class TcpServer(ServerBase):
                 if self._directed:
                     self._broadcast_commands()
                 self._expire_handshakes()
-        except Exception:
-            logger.exception("%s: I/O thread failed; closing the server", self.describe())
+        except Exception as exc:
+            logger.exception("%s: I/O thread failed (%r); closing the server", self.describe(), exc)
         finally:
             self._shutdown()
 
@@ -352,8 +352,8 @@ class TcpClient(SessionClient):
                 finally:
                     sock.close()
                     self._mark_connecting()
-        except Exception:
-            logger.exception("%s: I/O thread failed", self.describe())
+        except Exception as exc:
+            logger.exception("%s: I/O thread failed (%r)", self.describe(), exc)
         finally:
             self._finish()
 

@@ -126,8 +126,8 @@ class ZmqServer(ServerBase):
                     self._broadcast()
         except zmq.ContextTerminated:
             pass
-        except Exception:
-            logger.exception("%s: I/O thread failed; closing the server", self.describe())
+        except Exception as exc:
+            logger.exception("%s: I/O thread failed (%r); closing the server", self.describe(), exc)
         finally:
             self._sock.close()
             self._waker.close()
@@ -300,8 +300,8 @@ class ZmqClient(SessionClient):
                         self._mark_connecting()
         except zmq.ContextTerminated:
             pass
-        except Exception:
-            logger.exception("%s: I/O thread failed", self.describe())
+        except Exception as exc:
+            logger.exception("%s: I/O thread failed (%r)", self.describe(), exc)
         finally:
             self._sock.disable_monitor()
             self._monitor.close(0)

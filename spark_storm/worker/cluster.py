@@ -1,4 +1,4 @@
-"""LocalCluster: N worker processes on loopback (Storm's LocalCluster), and the worker's main.
+"""LocalCluster: N worker processes on loopback (Storm's LocalCluster).
 
 Each worker is a real ``spark-storm worker`` process.  The cluster picks free ports,
 starts the workers with the full slot list (so every process computes the same plan),
@@ -10,25 +10,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from spark_storm.config import Config
 from spark_storm.errors import StormError
 from spark_storm.topology.assignment import Slot, plan
 from spark_storm.topology.model import load_topology
-from spark_storm.worker.worker import Worker
 
-__all__ = ["LocalCluster", "free_ports", "run_worker"]
+__all__ = ["LocalCluster", "free_ports"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,40 +40,6 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in socks:
             s.close()
-
-
-def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
-    """Run one worker until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
-    topo = load_topology(topology_path)
-    p = plan(topo, workers) if workers else plan(topo)
-    worker = Worker(p, Slot(host, port), conf)
-    signals = {"count": 0}
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        signals["count"] += 1
-        if signals["count"] >= 2:
-            logger.error("second signal: exiting now without draining")
-            os._exit(3)
-        worker.request_stop(f"signal {signal.Signals(signum).name}", failure=False)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    worker.start()
-    print(
-        f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
-        f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
-        flush=True,
-    )
-    while not worker.stopping.wait(0.5):
-        pass
-    timeout = conf.get_int("topology.worker.shutdown.timeout.ms", minimum=0) / 1000
-    watchdog = threading.Timer(timeout + 5, lambda: os._exit(4))
-    watchdog.daemon = True
-    watchdog.start()
-    clean = worker.stop(timeout)
-    watchdog.cancel()
-    print(f"worker {worker.slot} stopped ({'clean' if clean else 'deadline passed'})", flush=True)
-    return 0 if clean and not worker.failed else 1
 
 
 class LocalCluster:

@@ -259,8 +259,8 @@ class Executor:
             for task, bolt in self.bolts.items():
                 try:
                     bolt.cleanup()
-                except Exception:
-                    logger.exception("executor %s: cleanup of task %d raised", self.spec, task)
+                except Exception as exc:
+                    logger.exception("executor %s: cleanup of task %d raised %r", self.spec, task, exc)
 
     def _tick(self) -> None:
         tick = Tuple([time.time()], ("ts",), SYSTEM_COMPONENT, -1, TICK_STREAM)

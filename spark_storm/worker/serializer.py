@@ -82,7 +82,7 @@ class PickleSerializer(Serializer):
         # allow_pickle: make_serializer only builds this when the user enabled pickle
         # and the transport authenticates every peer with the shared secret.
         try:
-            return pickle.loads(data)
+            return pickle.loads(data)  # allow_pickle: built only when enabled on authenticated links
         except Exception as exc:
             msg = f"payload of {len(data)} bytes is not a pickle: {exc}"
             raise WireFormatError(msg) from exc

@@ -17,6 +17,14 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _wordcount(tmp_path: Path) -> Path:
+    """conf/topologies/wordcount.yaml with its report written under ``tmp_path``."""
+    path = tmp_path / "wordcount.yaml"
+    text = (ROOT / "conf" / "topologies" / "wordcount.yaml").read_text()
+    path.write_text(text.replace('report.dir: "./wordcount-report"', f'report.dir: "{tmp_path / "report"}"'))
+    return path
+
+
 def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "spark_storm.cli", "demo", "--seconds", "6", "--rows-per-second", "500"],
@@ -31,9 +39,7 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
 
 
 def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
-    wordcount = tmp_path / "wordcount.yaml"
-    text = (ROOT / "conf" / "topologies" / "wordcount.yaml").read_text()
-    wordcount.write_text(text.replace('report.dir: "./wordcount-report"', f'report.dir: "{tmp_path / "report"}"'))
+    wordcount = _wordcount(tmp_path)
     spark_submit = Path(sys.executable).parent / "spark-submit"
     with LocalCluster(str(wordcount), 2) as cluster:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -73,9 +79,7 @@ def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
 
 
 def test_notebook_runs_with_nbconvert_against_local_spark(tmp_path: Path) -> None:
-    wordcount = tmp_path / "wordcount.yaml"
-    text = (ROOT / "conf" / "topologies" / "wordcount.yaml").read_text()
-    wordcount.write_text(text.replace('report.dir: "./wordcount-report"', f'report.dir: "{tmp_path / "report"}"'))
+    wordcount = _wordcount(tmp_path)
     with LocalCluster(str(wordcount), 2) as cluster:
         env = {
             **os.environ,

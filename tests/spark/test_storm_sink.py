@@ -36,6 +36,12 @@ def _replayed(cluster: LocalCluster) -> int:
     return sum(health(cluster, s)["server"]["replayed_messages"] for s in cluster.slots)
 
 
+def _start(df: Any, topo: Path, cluster: LocalCluster, checkpoint: Path, **options: str) -> Any:
+    """df.writeStream.format("storm") into ``cluster``, bounded by availableNow."""
+    writer = df.writeStream.format("storm").option("topology", str(topo)).option("workers", cluster.workers_arg)
+    return writer.options(**options).option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+
+
 def _run(q: Any) -> None:
     q.awaitTermination(300)
     assert q.exception() is None, q.exception()
@@ -45,15 +51,7 @@ def test_stream_is_delivered_exactly_once_and_routed_like_the_workers(spark: Any
     topo = two_stage(tmp_path)
     write_json_rows(tmp_path / "in", _rows())
     with LocalCluster(str(topo), 2) as cluster:
-        q = (
-            _stream(spark, tmp_path / "in")
-            .writeStream.format("storm")
-            .option("topology", str(topo))
-            .option("workers", cluster.workers_arg)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        q = _start(_stream(spark, tmp_path / "in"), topo, cluster, tmp_path / "ck")
         _run(q)
         assert _tuples_in(cluster) == N
     recs = records(tmp_path)
@@ -127,16 +125,8 @@ def test_a_task_that_fails_after_sending_is_retried_without_duplicates(spark: An
     topo = two_stage(tmp_path, conf={"record.delay.s": 0.01})
     write_json_rows(tmp_path / "in", _rows(300), files=1)
     with LocalCluster(str(topo), 2) as cluster:
-        q = (
-            _stream(spark, tmp_path / "in")
-            .writeStream.format("storm")
-            .option("topology", str(topo))
-            .option("workers", cluster.workers_arg)
-            .option("delivery", "processed")
-            .option("ackTimeoutMs", "1000")
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
+        q = _start(
+            _stream(spark, tmp_path / "in"), topo, cluster, tmp_path / "ck", delivery="processed", ackTimeoutMs="1000"
         )
         _run(q)
         assert _replayed(cluster) > 0  # the retry really re-sent groups the first attempt had sent
@@ -151,16 +141,7 @@ def test_query_stopped_mid_batch_and_restarted_from_its_checkpoint(spark: Any, t
     with LocalCluster(str(topo), 2) as cluster:
 
         def start() -> Any:
-            return (
-                _stream(spark, tmp_path / "in")
-                .writeStream.format("storm")
-                .option("topology", str(topo))
-                .option("workers", cluster.workers_arg)
-                .option("delivery", "processed")
-                .option("checkpointLocation", str(tmp_path / "ck"))
-                .trigger(availableNow=True)
-                .start()
-            )
+            return _start(_stream(spark, tmp_path / "in"), topo, cluster, tmp_path / "ck", delivery="processed")
 
         q = start()
         wait_until(lambda: _tuples_in(cluster) > 0, what="the batch to be under way", timeout=120)
@@ -195,16 +176,8 @@ def test_worker_killed_mid_batch_and_restarted_query_retries_until_it_succeeds(s
     write_json_rows(tmp_path / "in", _rows(400), files=1)
     cluster = LocalCluster(str(topo), 2, overrides={"storm.messaging.tcp.max_wait_ms": 200}).start()
     try:
-        q = (
-            _stream(spark, tmp_path / "in")
-            .writeStream.format("storm")
-            .option("topology", str(topo))
-            .option("workers", cluster.workers_arg)
-            .option("delivery", "processed")
-            .option("ackTimeoutMs", "4000")
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
+        q = _start(
+            _stream(spark, tmp_path / "in"), topo, cluster, tmp_path / "ck", delivery="processed", ackTimeoutMs="4000"
         )
         victim = cluster.slots[0]
         wait_until(
