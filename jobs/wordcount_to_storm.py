@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", required=True, help="worker slots host:port,...")
     parser.add_argument("--seconds", type=float, default=30.0, help="stream this long, then stop (0 = forever)")
     parser.add_argument("--rows-per-second", type=int, default=1000)
+    parser.add_argument(
+        "--min-batches", type=int, default=0, help="run at least this many micro-batches with data (after --seconds)"
+    )
     parser.add_argument("--input-dir", help="read text files from here instead of the rate source")
     parser.add_argument("--delivery", default="accepted", choices=["none", "accepted", "processed"])
     parser.add_argument("--checkpoint", default=None, help="checkpoint dir (default: a temp dir)")
@@ -62,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         .start()
     )
     started = time.monotonic()
-    while args.seconds <= 0 or time.monotonic() - started < args.seconds:
+
+    def batches_with_data() -> int:
+        return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+
+    while args.seconds <= 0 or time.monotonic() - started < args.seconds or batches_with_data() < args.min_batches:
         if query.exception() is not None:
             print(f"query failed: {query.exception()}", file=sys.stderr)
             return 1

@@ -105,7 +105,12 @@ def run_demo(seconds: float, rows_per_second: int, workers: int = 2) -> int:
     started = time.monotonic()
     last: tuple[float, Counter[str]] = (started, Counter())
     try:
-        while not stop["now"] and time.monotonic() - started < seconds:
+        # Stream for `seconds`, and at least until one micro-batch with data went through
+        # (Spark's first batch waits for its JVM and Python workers to start).
+        while not stop["now"] and (
+            time.monotonic() - started < seconds
+            or (not any(p["numInputRows"] for p in query.recentProgress) and time.monotonic() - started < seconds + 120)
+        ):
             time.sleep(1.0)
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))

@@ -34,6 +34,8 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "sent == processed: OK" in out.stdout
+    sent = int(out.stdout.split("sentences sent by Spark: ")[1].split(";")[0].replace(",", ""))
+    assert sent > 0
     assert "top words:" in out.stdout
     assert "tuples/s" in out.stdout
 
@@ -54,7 +56,9 @@ def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
                 "--workers",
                 cluster.workers_arg,
                 "--seconds",
-                "4",
+                "2",
+                "--min-batches",
+                "2",
                 "--rows-per-second",
                 "200",
             ],
