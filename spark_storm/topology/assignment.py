@@ -169,8 +169,8 @@ def plan(topology: Topology, slots: Sequence[Slot] | str | None = None) -> Plan:
         for t in component_tasks[cid]:
             task_component[t] = cid
         next_task += n
-    if next_task - 1 > 0x7FFF:
-        msg = f"topology {topology.name!r} has {next_task - 1} tasks; task ids must fit 1..32767"
+    if next_task - 1 > 0x7FFE:  # 0x7FFF is each worker's acker
+        msg = f"topology {topology.name!r} has {next_task - 1} tasks; task ids must fit 1..32766"
         raise ConfigError(msg)
     executors = []
     for cid in sorted(topology.components):

@@ -19,6 +19,7 @@ from spark_storm.messaging import TaskMessage
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component, resolve_class
+from spark_storm.worker.acker import new_edge
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.queue import RingQueue
 from spark_storm.worker.tuples import BROADCAST_TASK, SYSTEM_COMPONENT, TICK_STREAM, AddressedTuple, Tuple
@@ -30,6 +31,8 @@ __all__ = ["BoltStats", "EmitBuffer", "Executor", "TaskCollector"]
 
 logger = logging.getLogger(__name__)
 _new = tuple.__new__
+ACK_OP = 1
+FAIL_OP = 2
 
 
 class EmitBuffer:
@@ -44,27 +47,49 @@ class EmitBuffer:
         self.owner = threading.get_ident()
         self._local: dict[int, tuple[RingQueue[AddressedTuple], list[AddressedTuple]]] = {}
         self._remote: list[TaskMessage] = []
+        self._acks: dict[int, list[list[int]]] = {}
 
-    def add(self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]) -> None:
+    def add(
+        self,
+        component: str,
+        src_task: int,
+        stream: str,
+        values: list[Any],
+        targets: list[int],
+        trees: list[list[tuple[int, int, int]]] | None = None,
+    ) -> None:
+        """Queue one emitted tuple for ``targets``; ``trees`` gives each copy's acker anchors."""
         worker = self._worker
         payload: bytes | None = None
         tup: Tuple | None = None
-        for task in targets:
+        fields = worker.plan.topology.components[component].fields_of(stream)
+        for i, task in enumerate(targets):
+            anchors = trees[i] if trees else []
             queue = worker.task_queue.get(task)
             if queue is not None:
-                if tup is None:
-                    fields = worker.plan.topology.components[component].fields_of(stream)
+                if tup is None or anchors:  # each tracked copy is its own tuple in the tree
                     tup = Tuple(values, fields, component, src_task, stream)
+                    tup.anchors = anchors
                 entry = self._local.get(id(queue))
                 if entry is None:
                     entry = self._local[id(queue)] = (queue, [])
                 entry[1].append(_new(AddressedTuple, (task, tup)))
             else:
+                if anchors:
+                    data = worker.serializer.dumps([src_task, stream, values, [list(a) for a in anchors]])
+                    self._remote.append(TaskMessage(task, data))
+                    continue
                 if payload is None:
                     payload = worker.serializer.dumps_tuple(src_task, stream, values)
                 self._remote.append(TaskMessage(task, payload))
 
+    def acker_op(self, slot_index: int, op: list[int]) -> None:
+        """Queue an acker update (sent with the batch's emits)."""
+        self._acks.setdefault(slot_index, []).append(op)
+
     def flush(self) -> None:
+        # Emits first, then acker updates: a child is queued before its parent's ack can
+        # complete the tree (the XOR makes the order safe either way; this keeps it tidy).
         if self._local:
             local, self._local = self._local, {}
             for queue, items in local.values():
@@ -72,6 +97,10 @@ class EmitBuffer:
         if self._remote:
             remote, self._remote = self._remote, []
             self._worker.transfer_queue.publish(remote)
+        if self._acks:
+            acks, self._acks = self._acks, {}
+            for slot_index, ops in acks.items():
+                self._worker.acker_ops(slot_index, ops)
 
 
 class BoltStats:
@@ -134,15 +163,20 @@ class TaskCollector(OutputCollector):
             if grouping != "direct":
                 targets.extend(grouper.choose(values))
         if targets:
-            self._send(stream, list(values), targets)
+            self._send(stream, list(values), targets, anchors)
             self._stats.emitted += len(targets)
         return targets
 
-    def _send(self, stream: str, values: list[Any], targets: list[int]) -> None:
+    def _send(
+        self, stream: str, values: list[Any], targets: list[int], anchors: Sequence[Tuple] | Tuple | None
+    ) -> None:
+        trees = _child_anchors(anchors, len(targets))
         if threading.get_ident() == self._buffer.owner:
-            self._buffer.add(self._component.id, self._task, stream, values, targets)
+            self._buffer.add(self._component.id, self._task, stream, values, targets, trees)
         else:  # a bolt emitting from a thread of its own: no batching, send now
-            self._worker.transfer(self._component.id, self._task, stream, values, targets)
+            buffer = EmitBuffer(self._worker)
+            buffer.add(self._component.id, self._task, stream, values, targets, trees)
+            buffer.flush()
 
     def emit_direct(
         self,
@@ -154,7 +188,7 @@ class TaskCollector(OutputCollector):
         self._check(stream, values)
         for grouping, grouper in self._routes.get(stream, ()):
             if grouping == "direct" and task in grouper.targets:
-                self._send(stream, list(values), [task])
+                self._send(stream, list(values), [task], anchors)
                 self._stats.emitted += 1
                 return
         msg = (
@@ -165,15 +199,46 @@ class TaskCollector(OutputCollector):
 
     def ack(self, tup: Tuple) -> None:
         self._stats.acked += 1
-        if tup.root is not None:
-            root, tup.root = tup.root, None  # acking twice must not count twice
-            root.ack()
+        if tup.anchors:
+            anchors, tup.anchors = tup.anchors, []  # acking twice must not count twice
+            pending = tup.pending or {}
+            for slot_index, root, edge in anchors:
+                self._acker_op(slot_index, [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)])
 
     def fail(self, tup: Tuple) -> None:
         self._stats.failed += 1
-        if tup.root is not None:
-            root, tup.root = tup.root, None
-            root.fail()
+        if tup.anchors:
+            anchors, tup.anchors = tup.anchors, []
+            for slot_index, root, _edge in anchors:
+                self._acker_op(slot_index, [FAIL_OP, root, 0])
+
+    def _acker_op(self, slot_index: int, op: list[int]) -> None:
+        if threading.get_ident() == self._buffer.owner:
+            self._buffer.acker_op(slot_index, op)
+        else:
+            self._worker.acker_ops(slot_index, [op])
+
+
+def _child_anchors(anchors: Sequence[Tuple] | Tuple | None, copies: int) -> list[list[tuple[int, int, int]]] | None:
+    """Give each emitted copy a fresh edge in every tree its anchors belong to (Storm's acker)."""
+    if anchors is None:
+        return None
+    parents = [anchors] if isinstance(anchors, Tuple) else list(anchors)
+    if not any(p.anchors for p in parents):
+        return None
+    trees = []
+    for _ in range(copies):
+        edge = new_edge()
+        child: dict[tuple[int, int], int] = {}
+        for parent in parents:
+            for slot_index, root, _e in parent.anchors:
+                key = (slot_index, root)
+                if parent.pending is None:
+                    parent.pending = {}
+                parent.pending[key] = parent.pending.get(key, 0) ^ edge
+                child[key] = child.get(key, 0) ^ edge
+        trees.append([(s, r, e) for (s, r), e in child.items()])
+    return trees
 
 
 class Executor:
@@ -283,7 +348,7 @@ class Executor:
         except Exception as exc:
             stats.errors += 1
             logger.exception("bolt %s task %d raised on %r (policy %s)", self.component.id, task, tup, self.policy)
-            if self.policy == "fail" or tup.root is not None:
+            if self.policy == "fail" or tup.anchors:
                 # A tracked tuple that raised was not processed: fail it so the sender
                 # replays its group now, rather than after the redelivery timeout.
                 self.collectors[task].fail(tup)

@@ -31,7 +31,7 @@ class Tuple:
     stream : str
     """
 
-    __slots__ = ("fields", "root", "source_component", "source_task", "stream", "values")
+    __slots__ = ("anchors", "fields", "pending", "source_component", "source_task", "stream", "values")
 
     def __init__(
         self,
@@ -46,7 +46,10 @@ class Tuple:
         self.source_component = source_component
         self.source_task = source_task
         self.stream = stream
-        self.root: GroupTracker | None = None
+        #: Tuple trees this tuple belongs to: (acker slot index, root id, this tuple's edge id).
+        self.anchors: list[tuple[int, int, int]] = []
+        #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
+        self.pending: dict[tuple[int, int], int] | None = None
 
     def get(self, field: str) -> Any:
         """Value of ``field`` (KeyError naming the fields when absent)."""

@@ -43,7 +43,8 @@ from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
-from spark_storm.worker.executor import EmitBuffer, Executor, vars_of
+from spark_storm.worker.acker import ACKER_TASK, Acker
+from spark_storm.worker.executor import ACK_OP, EmitBuffer, Executor, vars_of
 from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, arrow_rows
 from spark_storm.worker.queue import RingQueue
 from spark_storm.worker.serializer import make_serializer
@@ -98,6 +99,8 @@ class Worker:
         self.topology_id = plan.topology.name
         self.serializer = make_serializer(self.conf)
         self.local_tasks = frozenset(plan.tasks_of(slot))
+        self.slot_index = plan.slots.index(slot)
+        self.acker = Acker()
         self._lock = threading.RLock()
         self._bp_tasks: set[int] = set()
         self._stopping = threading.Event()
@@ -356,6 +359,9 @@ class Worker:
             self.counters["received"] += len(tasks)
         decoded: list[tuple[int, list[Tuple]]] = []
         for task, payload in zip(tasks, payloads, strict=True):
+            if task == ACKER_TASK:
+                self._apply_acker_ops(payload)
+                continue
             if task not in queue_of and task != BROADCAST_TASK:
                 self._unknown(task, payload)
                 continue
@@ -413,8 +419,9 @@ class Worker:
         out = [Tuple(r, fields, CLIENT_COMPONENT, -1, DEFAULT_STREAM) for r in rows]
         if tracker is not None:
             tracker.expect(len(out))
-            for t in out:
-                t.root = tracker
+            for t in out:  # each source tuple roots a tuple tree (Storm's acker)
+                root, edge = self.acker.root(tracker)
+                t.anchors = [(self.slot_index, root, edge)]
         return out
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
@@ -430,6 +437,11 @@ class Worker:
             tracker.sealed()
 
     def _bolt_tuple(self, decoded: Any) -> Tuple:
+        if len(decoded) == 4:  # anchored in tuple trees: [src, stream, values, [[slot, root, edge], ...]]
+            src_task, stream, values, anchors = decoded
+            tup = self._bolt_tuple([src_task, stream, values])
+            tup.anchors = [(int(s), int(r), int(e)) for s, r, e in anchors]
+            return tup
         src_task, stream, values = decoded
         src_comp = self.plan.task_component.get(src_task, CLIENT_COMPONENT)
         fields = (
@@ -489,6 +501,31 @@ class Worker:
                 self._pull_busy = False
 
     # ------------------------------------------------------------------ transfer path
+    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
+        """Apply acker updates to the worker at ``slot_index`` (this one, or over its connection)."""
+        if slot_index == self.slot_index:
+            for kind, root, value in ops:
+                if kind == ACK_OP:
+                    self.acker.update(root, value)
+                else:
+                    self.acker.fail(root)
+            return
+        slot = self.plan.slots[slot_index]
+        conn = self.connections.get(slot)
+        if conn is None:
+            logger.error("worker %s: no connection to %s for %d acker updates", self.slot, slot, len(ops))
+            return
+        conn.send([TaskMessage(ACKER_TASK, self.serializer.dumps(ops))])
+
+    def _apply_acker_ops(self, payload: bytes) -> None:
+        try:
+            ops = self.serializer.loads(payload)
+            self.acker_ops(self.slot_index, [[int(k), int(r), int(v)] for k, r, v in ops])
+        except (WireFormatError, ValueError, TypeError) as exc:
+            with self._lock:
+                self.counters["bad_payload"] += 1
+            logger.warning("worker %s: dropping bad acker updates: %s", self.slot, exc)
+
     def transfer(self, component: str, src_task: int, stream: str, values: list[Any], targets: list[int]) -> None:
         """Send an emitted tuple to ``targets`` now (local ones straight to their queue)."""
         buffer = EmitBuffer(self)
@@ -633,6 +670,7 @@ class Worker:
             "active": self.active,
             "counters": counters,
             "backpressure_tasks": bp,
+            "acker": {"pending": len(self.acker), "completed": self.acker.completed, "failed": self.acker.failed},
             "held": len(self._held),
             "server": self.server.metrics() if self.server is not None else {},
             "connections": {str(s): c.metrics() for s, c in self.connections.items()},

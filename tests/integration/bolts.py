@@ -33,7 +33,8 @@ class RecordingBolt(Bolt):
             self.broadcast += 1
             return
         key = str(tup.values[0])
-        if key == "boom":
+        boom_at = self.conf.get("record.boom.component")
+        if key == "boom" and boom_at in (None, self.context.component_id):
             msg = "boom on purpose"
             raise RuntimeError(msg)
         if self.delay:

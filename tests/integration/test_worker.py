@@ -403,3 +403,47 @@ def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Pa
     records = run.stop()
     assert sum(r["count"] for r in records["in"].values()) == 300
     assert sum(r["count"] for r in records["stage1"].values()) == 300
+
+
+def test_processed_waits_for_the_whole_anchored_tree_across_workers(tmp: Path) -> None:
+    from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
+
+    topo = three_stage("shuffle", tmp / "records", **{"record.delay.s": 0.002, "record.boom.component": "stage2"})
+    topo["components"][0]["bolt"] = BOLT  # entry bolt forwards anchored (emit(..., anchors=tup)) and acks
+    run = Run(tmp, topo, 2).start()
+    rows = [[f"k{i % 9}", i] for i in range(200)]
+    h = BatchHeader("q", 0, 0, 0, 0, PROCESSED)
+    by_slot: dict[Slot, list[TaskMessage]] = {}
+    for i, row in enumerate(rows):
+        task = run.plan.component_tasks["in"][i % 2]
+        by_slot.setdefault(run.plan.task_slot[task], []).append(TaskMessage(task, _arrow([row], ["key", "n"])))
+    keys = []
+    for seq, (slot, msgs) in enumerate(sorted(by_slot.items())):
+        hs = BatchHeader(h.query_id, 0, 0, seq, len(msgs), PROCESSED)
+        run.conns[slot].send_group(hs, msgs)
+        keys.append((slot, hs.key))
+    for slot, key in keys:
+        assert run.conns[slot].wait_acks([key], PROCESSED, 60) == {key: PROCESSED}
+
+    def executed(component: str) -> int:
+        return sum(
+            t["executed"] - 0
+            for s in run.cluster.slots
+            for e in run.health(s)["executors"].values()
+            if e["component"] == component
+            for t in e["tasks"].values()
+        )
+
+    # PROCESSED came only once the last stage, on either worker, had acked every tuple.
+    assert executed("stage2") >= 200
+    trees = [run.health(s)["acker"] for s in run.cluster.slots]
+    assert sum(t["completed"] for t in trees) == 200
+    assert sum(t["pending"] for t in trees) == 0
+    # A failure two hops downstream fails the group.
+    slot = run.plan.task_slot[run.plan.component_tasks["in"][0]]
+    bad = BatchHeader("q", 1, 0, 0, 1, PROCESSED)
+    run.conns[slot].send_group(
+        bad, [TaskMessage(run.plan.component_tasks["in"][0], _arrow([["boom", 1]], ["key", "n"]))]
+    )
+    assert run.conns[slot].wait_acks([bad.key], PROCESSED, 60) == {bad.key: FAILED}
+    run.stop()
