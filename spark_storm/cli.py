@@ -7,6 +7,7 @@ transport-demo  send messages through a transport between two processes, with li
 worker          run one worker process of a topology
 local-cluster   run N worker processes on loopback until Ctrl-C
 topology plan   print a topology's tasks, executors and the worker each runs on
+kafka           start | stop | status a local KRaft Kafka broker (jars from scripts/fetch-jars)
 config          print the effective configuration (defaults + --conf file)
 version         print the version
 """
@@ -120,6 +121,24 @@ def _spark_demo(args: argparse.Namespace) -> int:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
     return run_demo(args.seconds, args.rows_per_second, args.workers)
+
+
+def _kafka(args: argparse.Namespace) -> int:
+    from spark_storm.tools.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(args.dir)
+    if args.action == "start":
+        print(f"kafka broker ready on {broker.start()} (pid {broker.pid()}, state in {broker.dir})")
+    elif args.action == "stop":
+        print("kafka broker stopped" if broker.stop() else "no kafka broker was running")
+    else:
+        pid = broker.pid()
+        up = pid is not None and broker.ready()
+        print(
+            f"kafka broker {'running' if up else 'not running'}" + (f": pid {pid} on {broker.bootstrap}" if up else "")
+        )
+        return 0 if up else 1
+    return 0
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -258,6 +277,10 @@ def _parser() -> argparse.ArgumentParser:
     tplan.add_argument("file", help="topology YAML")
     tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
     tplan.set_defaults(func=_plan)
+    kafka = sub.add_parser("kafka", help="a local KRaft Kafka broker for tests and demos")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--dir", default=".run/kafka", help="state directory (config, data, pid, log)")
+    kafka.set_defaults(func=_kafka)
     config = sub.add_parser("config", help="print the effective configuration")
     config.add_argument("--conf", help="a storm.yaml with overrides")
     config.set_defaults(func=_config)
