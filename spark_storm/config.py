@@ -244,16 +244,7 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
     """
     merged = dict(_packaged_defaults())
     if path is not None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            msg = f"cannot read config file {str(path)!r}: {exc.strerror}"
-            raise ConfigError(msg) from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            msg = f"config file {str(path)!r} is not valid YAML: {exc}"
-            raise ConfigError(msg) from exc
+        data = read_yaml(path, "config file")
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -262,6 +253,26 @@ def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | N
         merged.update(data)
     merged.update(overrides or {})
     return Config(merged)
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """Load a YAML file; errors name ``what``, the path and the problem.
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read or is not valid YAML.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot read {what} {str(path)!r}: {exc.strerror}"
+        raise ConfigError(msg) from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        msg = f"{what} {str(path)!r} is not valid YAML: {exc}"
+        raise ConfigError(msg) from exc
 
 
 def is_loopback_host(host: str) -> bool:

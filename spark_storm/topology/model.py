@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import yaml
-
+from spark_storm.config import read_yaml
 from spark_storm.errors import ConfigError
 
 __all__ = [
@@ -364,17 +363,7 @@ def load_topology(path: str | Path) -> Topology:
     ConfigError
         Unreadable file, bad YAML, or an invalid topology (the message names the part).
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read topology file {str(path)!r}: {exc.strerror}"
-        raise ConfigError(msg) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        msg = f"topology file {str(path)!r} is not valid YAML: {exc}"
-        raise ConfigError(msg) from exc
-    return topology_from_dict(data, origin=str(path))
+    return topology_from_dict(read_yaml(path, "topology file"), origin=str(path))
 
 
 class TopologyBuilder:
