@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-dir", help="read text files from here instead of the rate source")
     parser.add_argument("--delivery", default="accepted", choices=["none", "accepted", "processed"])
     parser.add_argument("--checkpoint", default=None, help="checkpoint dir (default: a temp dir)")
+    parser.add_argument("--storm-conf", help="a storm.yaml for the connections (e.g. the auth secret file)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         .option("topology", args.topology)
         .option("workers", args.workers)
         .option("delivery", args.delivery)
+        .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
         .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="wordcount-ck-"))
         .trigger(processingTime="1 second")
         .start()
