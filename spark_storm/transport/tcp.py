@@ -29,8 +29,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from spark_storm.config import (
     STORM_BIND_HOST,
@@ -47,17 +46,16 @@ from spark_storm.config import (
 from spark_storm.errors import (
     AuthenticationError,
     ConnectionBrokenError,
-    ConnectionClosedError,
     TransportError,
     WireFormatError,
 )
 from spark_storm.messaging.api import CallbackLike, IConnection
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus
-from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
-from spark_storm.transport._base import ServerBase, TrackingContext
-from spark_storm.transport._client import JOIN_TIMEOUT_S, SessionClient
+from spark_storm.messaging.message import ConnectionStatus
+from spark_storm.messaging.wire import Close, encode_control
+from spark_storm.transport._base import TrackingContext
+from spark_storm.transport._client import SessionClient
+from spark_storm.transport._server import IOThreadServer
 from spark_storm.transport._session import ClientProtocol, ServerPeer, SessionTable
-from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
 
@@ -77,13 +75,12 @@ class _ServerConn:
         self.deadline = deadline
 
 
-class TcpServer(ServerBase):
+class TcpServer(IOThreadServer):
     """A listening socket and the I/O thread that serves its clients."""
 
     def __init__(self, context: Context, topology_id: str, port: int, callback: CallbackLike | None) -> None:
         conf = context.conf
-        super().__init__(conf, topology_id, callback)
-        self._context = context
+        super().__init__(context, conf, topology_id, callback)
         self._secret = conf.auth_secret()
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
@@ -103,6 +100,7 @@ class TcpServer(ServerBase):
             listener.bind((host, port))
         except OSError as exc:
             listener.close()
+            self._waker.close()
             msg = f"cannot bind {topology_id} to {host}:{port}: {exc.strerror}"
             raise TransportError(msg) from exc
         listener.listen(conf.get_int(TCP_BACKLOG, minimum=1))
@@ -112,9 +110,7 @@ class TcpServer(ServerBase):
         self._host = host
         self._port: int = listener.getsockname()[1]
         self._conns: dict[socket.socket, _ServerConn] = {}
-        self._commands: deque[bytes] = deque()
         self._directed: deque[tuple[_ServerConn, bytes]] = deque()
-        self._waker = Waker()
         self._sel = selectors.DefaultSelector()
         self._sel.register(listener, selectors.EVENT_READ, "accept")
         self._sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
@@ -271,32 +267,8 @@ class TcpServer(ServerBase):
         self._sel.close()
 
     # --- IConnection ----------------------------------------------------------------
-    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
-        self._command(encode_control(LoadMetrics(dict(loads))))
-
-    def send_backpressure_status(self, status: BackpressureStatus) -> None:
-        self._command(encode_control(status))
-
-    def _command(self, frame: bytes) -> None:
-        if self.closed:
-            msg = f"{self.describe()} is closed"
-            raise ConnectionClosedError(msg)
-        self._commands.append(frame)
-        self._waker.poke()
-
-    def metrics(self) -> dict[str, Any]:
-        out = super().metrics()
-        out["clients"] = sum(1 for c in list(self._conns.values()) if c.proto.ready)
-        return out
-
-    def close(self) -> None:
-        if not self.mark_closed():
-            return
-        self._waker.poke()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(JOIN_TIMEOUT_S)
-        self._context.forget(self)
-        logger.info("closed %s", self.describe())
+    def ready_clients(self) -> int:
+        return sum(1 for c in list(self._conns.values()) if c.proto.ready)
 
 
 class TcpClient(SessionClient):

@@ -24,8 +24,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -45,17 +44,16 @@ from spark_storm.config import (
 from spark_storm.errors import (
     AuthenticationError,
     ConnectionBrokenError,
-    ConnectionClosedError,
     TransportError,
     WireFormatError,
 )
 from spark_storm.messaging.api import CallbackLike, IConnection
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus
-from spark_storm.messaging.wire import Close, LoadMetrics, encode_control
-from spark_storm.transport._base import ServerBase, TrackingContext
+from spark_storm.messaging.message import ConnectionStatus
+from spark_storm.messaging.wire import Close, encode_control
+from spark_storm.transport._base import TrackingContext
 from spark_storm.transport._client import JOIN_TIMEOUT_S, SessionClient
+from spark_storm.transport._server import IOThreadServer
 from spark_storm.transport._session import ClientProtocol, ServerPeer, SessionTable
-from spark_storm.transport._wake import Waker
 
 __all__ = ["Context"]
 
@@ -64,13 +62,12 @@ logger = logging.getLogger(__name__)
 _MONITOR_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 
-class ZmqServer(ServerBase):
+class ZmqServer(IOThreadServer):
     """A ROUTER socket and the I/O thread that serves its clients."""
 
     def __init__(self, context: Context, topology_id: str, port: int, callback: CallbackLike | None) -> None:
         conf = context.conf
-        super().__init__(conf, topology_id, callback)
-        self._context = context
+        super().__init__(context, conf, topology_id, callback)
         self._secret = conf.auth_secret()
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
         self._sessions = SessionTable(conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1))
@@ -85,12 +82,11 @@ class ZmqServer(ServerBase):
             self._endpoint, self._port = context.bind_socket(sock, topology_id, port)
         except zmq.ZMQError as exc:
             sock.close(0)
+            self._waker.close()
             msg = f"cannot bind {topology_id} on port {port}: {exc}"
             raise TransportError(msg) from exc
         self._sock = sock
-        self._commands: deque[bytes] = deque()
         self._directed: deque[tuple[bytes, bytes]] = deque()
-        self._waker = Waker()
         self._thread = threading.Thread(target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True)
         self._thread.start()
         logger.info("zmq server for %s bound at %s", topology_id, self._endpoint)
@@ -183,32 +179,8 @@ class ZmqServer(ServerBase):
                 if peer.ready:
                     self._reply(ident, frame)
 
-    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
-        self._command(encode_control(LoadMetrics(dict(loads))))
-
-    def send_backpressure_status(self, status: BackpressureStatus) -> None:
-        self._command(encode_control(status))
-
-    def _command(self, frame: bytes) -> None:
-        if self.closed:
-            msg = f"{self.describe()} is closed"
-            raise ConnectionClosedError(msg)
-        self._commands.append(frame)
-        self._waker.poke()
-
-    def metrics(self) -> dict[str, Any]:
-        out = super().metrics()
-        out["clients"] = sum(1 for p in list(self._peers.values()) if p.ready)
-        return out
-
-    def close(self) -> None:
-        if not self.mark_closed():
-            return
-        self._waker.poke()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(JOIN_TIMEOUT_S)
-        self._context.forget(self)
-        logger.info("closed %s", self.describe())
+    def ready_clients(self) -> int:
+        return sum(1 for p in list(self._peers.values()) if p.ready)
 
 
 class ZmqClient(SessionClient):

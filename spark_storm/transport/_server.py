@@ -1,0 +1,67 @@
+"""What the tcp and zmq servers share: an I/O thread fed by a command queue."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from spark_storm.config import Config
+from spark_storm.errors import ConnectionClosedError
+from spark_storm.messaging.api import CallbackLike
+from spark_storm.messaging.message import BackpressureStatus
+from spark_storm.messaging.wire import LoadMetrics, encode_control
+from spark_storm.transport._base import ServerBase
+from spark_storm.transport._client import JOIN_TIMEOUT_S
+from spark_storm.transport._wake import Waker
+
+__all__ = ["IOThreadServer"]
+
+logger = logging.getLogger(__name__)
+
+
+class IOThreadServer(ServerBase):
+    """A server whose socket belongs to one I/O thread; other threads reach it by command.
+
+    Subclasses start ``self._thread``, drain ``self._commands`` in it (frames to broadcast
+    to every ready client) and report their ready clients in :meth:`ready_clients`.
+    """
+
+    def __init__(self, context: Any, conf: Config, topology_id: str, callback: CallbackLike | None) -> None:
+        super().__init__(conf, topology_id, callback)
+        self._context = context
+        self._commands: deque[bytes] = deque()
+        self._waker = Waker()
+        self._thread: threading.Thread | None = None
+
+    def ready_clients(self) -> int:
+        raise NotImplementedError  # pragma: no cover - every subclass overrides it
+
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        self._command(encode_control(LoadMetrics(dict(loads))))
+
+    def send_backpressure_status(self, status: BackpressureStatus) -> None:
+        self._command(encode_control(status))
+
+    def _command(self, frame: bytes) -> None:
+        if self.closed:
+            msg = f"{self.describe()} is closed"
+            raise ConnectionClosedError(msg)
+        self._commands.append(frame)
+        self._waker.poke()
+
+    def metrics(self) -> dict[str, Any]:
+        out = super().metrics()
+        out["clients"] = self.ready_clients()
+        return out
+
+    def close(self) -> None:
+        if not self.mark_closed():
+            return
+        self._waker.poke()
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(JOIN_TIMEOUT_S)
+        self._context.forget(self)
+        logger.info("closed %s", self.describe())
