@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 from spark_storm.errors import StormError
+from spark_storm.netutil import free_ports
 
 __all__ = ["KafkaBroker", "KafkaBrokerError", "default_jars_dir"]
 
@@ -38,13 +39,6 @@ def default_jars_dir() -> Path:
     if root:
         return Path(root) / "kafka"
     return Path(__file__).resolve().parents[2] / "jars" / "kafka"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class KafkaBroker:
@@ -82,7 +76,7 @@ class KafkaBroker:
             msg = f"no Kafka jars in {self.jars}: run scripts/fetch-jars first"
             raise KafkaBrokerError(msg)
         self.dir.mkdir(parents=True, exist_ok=True)
-        port, controller = _free_port(), _free_port()
+        port, controller = free_ports(2)
         data = self.dir / "data"
         if data.exists():
             for child in sorted(data.rglob("*"), reverse=True):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,26 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import StormError
+from spark_storm.netutil import free_ports
 from spark_storm.topology.assignment import Slot, plan
 from spark_storm.topology.model import load_topology
 
-__all__ = ["LocalCluster", "free_ports"]
+__all__ = ["LocalCluster"]
 
 logger = logging.getLogger(__name__)
-
-
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """Return ``n`` distinct ports that were free a moment ago."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class LocalCluster:

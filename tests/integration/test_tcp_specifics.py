@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import logging
-import socket
 
 import pytest
 
 from spark_storm.errors import ConnectionClosedError
 from spark_storm.messaging import ConnectionStatus, TaskMessage
+from spark_storm.netutil import free_ports
 from spark_storm.transport import make_context
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def test_client_gives_up_after_max_retries_and_says_why() -> None:
@@ -32,7 +25,7 @@ def test_client_gives_up_after_max_retries_and_says_why() -> None:
         }
     )
     try:
-        client = ctx.connect("t", "127.0.0.1", _free_port())
+        client = ctx.connect("t", "127.0.0.1", free_ports(1)[0])
         wait_until(lambda: client.status is ConnectionStatus.CLOSED, what="the client to give up")
         with pytest.raises(ConnectionClosedError, match="Connection refused"):
             client.send(TaskMessage(1, b"x"))

@@ -8,9 +8,9 @@ import pytest
 
 from spark_storm.config import load_config
 from spark_storm.errors import ConfigError
+from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker import Worker
-from spark_storm.worker.cluster import free_ports
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration

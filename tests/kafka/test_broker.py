@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -26,7 +27,7 @@ def test_broker_round_trips_messages(kafka_broker: str) -> None:
     assert values == list(range(200))
 
 
-def test_kafka_cli_start_status_stop(tmp_path: object) -> None:
+def test_kafka_cli_start_status_stop(kafka_jars: Path, tmp_path: Path) -> None:
     state = str(tmp_path)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -37,10 +38,6 @@ def test_kafka_cli_start_status_stop(tmp_path: object) -> None:
             timeout=300,
         )
 
-    from spark_storm.tools.kafka_broker import default_jars_dir
-
-    if not any(default_jars_dir().glob("*.jar")):
-        pytest.skip("no Kafka jars: scripts/fetch-jars could not reach Maven Central")
     started = cli("start")
     assert started.returncode == 0, started.stderr[-2000:]
     assert "kafka broker ready on 127.0.0.1:" in started.stdout

@@ -125,16 +125,22 @@ def test_notebook_runs_with_nbconvert_against_local_spark(tmp_path: Path) -> Non
         assert received == sent
 
 
-def test_the_wheel_ships_the_runtime_files(tmp_path: Path) -> None:
-    import zipfile
-
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once for the tests below."""
+    out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(ROOT)],
         check=True,
         timeout=600,
         capture_output=True,
     )
-    wheel = next(tmp_path.glob("spark_storm-*.whl"))
+    return next(out.glob("spark_storm-*.whl"))
+
+
+def test_the_wheel_ships_the_runtime_files(wheel: Path) -> None:
+    import zipfile
+
     names = zipfile.ZipFile(wheel).namelist()
     for needed in (
         "pyspark_storm.py",
@@ -146,17 +152,10 @@ def test_the_wheel_ships_the_runtime_files(tmp_path: Path) -> None:
         assert needed in names
 
 
-def test_an_installed_wheel_registers_format_storm_by_itself(tmp_path: Path) -> None:
+def test_an_installed_wheel_registers_format_storm_by_itself(wheel: Path, tmp_path: Path) -> None:
     # Installed from the wheel (not this checkout), format("storm") resolves with no register():
     # Spark finds the pyspark_storm module on its own.  The bad topology path proves our data
     # source answered (rather than DATA_SOURCE_NOT_FOUND).
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path), str(ROOT)],
-        check=True,
-        timeout=600,
-        capture_output=True,
-    )
-    wheel = next(tmp_path.glob("spark_storm-*.whl"))
     target = tmp_path / "site"
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)],
