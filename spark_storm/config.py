@@ -61,6 +61,14 @@ ZMQ_LINGER_MILLIS: Final = "zmq.linger.millis"
 ZMQ_HWM: Final = "zmq.hwm"
 STORM_LOCAL_MODE_ZMQ: Final = "storm.local.mode.zmq"
 ZMQ_IPC_DIR: Final = "storm.messaging.zmq.ipc.dir"
+KAFKA_BOOTSTRAP: Final = "storm.messaging.kafka.bootstrap.servers"
+KAFKA_TOPIC_PREFIX: Final = "storm.messaging.kafka.topic.prefix"
+KAFKA_PARTITIONS: Final = "storm.messaging.kafka.topic.partitions"
+KAFKA_REPLICATION: Final = "storm.messaging.kafka.topic.replication.factor"
+KAFKA_HEARTBEAT_MS: Final = "storm.messaging.kafka.heartbeat.ms"
+KAFKA_LINGER_MS: Final = "storm.messaging.kafka.linger.ms"
+KAFKA_POLL_MAX_RECORDS: Final = "storm.messaging.kafka.poll.max.records"
+KAFKA_CLIENT_CONFIG: Final = "storm.messaging.kafka.client.config"
 
 # Namespaces whose every key we own: a key there that is not in defaults.yaml is a typo.
 _OWNED_PREFIXES: Final = (
@@ -70,6 +78,7 @@ _OWNED_PREFIXES: Final = (
     "storm.messaging.server.",
     "storm.messaging.send.",
     "storm.messaging.zmq.",
+    "storm.messaging.kafka.",
     "zmq.",
     "topology.receiver.",
     "topology.executor.",
@@ -190,6 +199,16 @@ class Config(Mapping[str, Any]):
             msg = f"config key {key!r} must be one of {', '.join(choices)}; got {value!r}"
             raise ConfigError(msg)
         return value
+
+    def get_mapping(self, key: str) -> dict[str, Any]:
+        """Return ``key`` as a mapping with string keys (null reads as empty)."""
+        value = self[key]
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            msg = f"config key {key!r} must be a mapping of names to values, got {value!r}"
+            raise ConfigError(msg)
+        return dict(value)
 
     def auth_secret(self) -> bytes | None:
         """Return the shared secret (inline or from the secret file), or None."""

@@ -1,5 +1,43 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
 
 logging.getLogger("spark_storm").setLevel(logging.DEBUG)
+
+
+@pytest.fixture(scope="session")
+def kafka_jars() -> Path:
+    """The broker jars; the only skip: scripts/fetch-jars could not reach Maven Central."""
+    jars = default_jars_dir()
+    if not any(jars.glob("*.jar")):
+        log = Path(jars).parent / "kafka-mvn.log"
+        pytest.skip(f"no Kafka jars in {jars}: scripts/fetch-jars could not reach Maven Central ({log})")
+    return jars
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real KRaft broker on 127.0.0.1 for the whole test session; yields its bootstrap address.
+
+    Shared by the kafka transport's conformance run (tests/integration) and tests/kafka.
+    """
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), kafka_jars)
+    bootstrap = broker.start()
+    yield bootstrap
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_jars() -> list[str]:
+    """Spark's Kafka connector and Delta jars from scripts/fetch-jars (skip only if Maven was unreachable)."""
+    jars = sorted(str(p) for p in (default_jars_dir().parent / "spark").glob("*.jar"))
+    if not any("spark-sql-kafka" in j for j in jars) or not any("delta-spark" in j for j in jars):
+        log = default_jars_dir().parent / "spark-mvn.log"
+        pytest.skip(f"no Spark connector jars in jars/spark: scripts/fetch-jars could not reach Maven Central ({log})")
+    return jars

@@ -29,6 +29,7 @@ TRANSPORT_ALIASES: Final[Mapping[str, str]] = {
     "local": "spark_storm.transport.local:Context",
     "tcp": "spark_storm.transport.tcp:Context",
     "zmq": "spark_storm.transport.zmq:Context",
+    "kafka": "spark_storm.transport.kafka:Context",
 }
 
 

@@ -214,12 +214,17 @@ class ClientSession:
                 self._cond.wait(remaining if remaining is None else min(remaining, 0.5))
             return self._acked >= target
 
-    def close(self) -> int:
-        """Refuse further sends; return how many messages are still unacknowledged (lost)."""
+    def close(self, unacked_are_lost: bool = True) -> int:
+        """Refuse further sends; return how many messages are still unacknowledged.
+
+        They count as lost unless ``unacked_are_lost`` is False (a durable transport, whose
+        server still gets them after the client is gone).
+        """
         with self._cond:
             self._closed = True
             lost = self._next_seq - 1 - self._acked
-            self.lost += lost
+            if unacked_are_lost:
+                self.lost += lost
             self._cond.notify_all()
             return lost
 
