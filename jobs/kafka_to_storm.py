@@ -8,7 +8,7 @@ Spark needs the Kafka connector jars; ``scripts/fetch-jars`` puts them in ``jars
         jobs/kafka_to_storm.py --bootstrap-servers 127.0.0.1:9092 --topic sentences \\
         --topology conf/topologies/wordcount.yaml --workers 127.0.0.1:6700,127.0.0.1:6701
 
-(a plain ``python jobs/kafka_to_storm.py ...`` adds ``--jars-dir``'s jars itself.)
+(a plain ``python jobs/kafka_to_storm.py ...`` runs local[*] with ``--jars-dir``'s jars.)
 
 Values: ``--format text`` gives the value as the source component's first field;
 ``--format json`` parses each value as a JSON object with ``--schema`` (a Spark DDL string;
@@ -21,15 +21,13 @@ with ``--delivery accepted|processed``, nothing reaches the workers twice.
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import sys
 import tempfile
-import time
+from typing import Any
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the job; return the exit status."""
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", required=True, help="Kafka brokers host:port,...")
     parser.add_argument("--topic", required=True, help="topic to read (subscribe)")
@@ -47,33 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help="checkpoint dir (default: a temp dir; give one to resume)")
     parser.add_argument("--storm-conf", help="a storm.yaml for the connections (e.g. the auth secret file)")
     parser.add_argument("--jars-dir", default="jars/spark", help="connector jars for a plain python run")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+
+def run(spark: Any, args: argparse.Namespace) -> int:
+    """Start the query on ``spark`` and run it to the end; return the records sent."""
     from pyspark.sql import functions as F
 
     from spark_storm.spark import register
-    from spark_storm.topology import load_topology
+    from spark_storm.spark.jobs import run_query, source_component
 
-    topology = load_topology(args.topology)
-    sources = sorted(c.id for c in topology.components.values() if c.source)
-    component = args.component or (sources[0] if len(sources) == 1 else None)
-    if component not in sources:
-        print(f"--component must be one of the topology's sources {sources}, got {component!r}", file=sys.stderr)
-        return 2
-    fields = list(topology.components[component].fields_of())
-
-    builder = SparkSession.builder.appName("kafka_to_storm")
-    if "SPARK_SUBMIT" not in os.environ and "PYSPARK_GATEWAY_PORT" not in os.environ:
-        jars = sorted(glob.glob(os.path.join(args.jars_dir, "*.jar")))
-        if not any("spark-sql-kafka" in j for j in jars):
-            print(f"no spark-sql-kafka jar in {args.jars_dir}: run scripts/fetch-jars first", file=sys.stderr)
-            return 2
-        builder = builder.master("local[*]").config("spark.jars", ",".join(jars))
-    spark = builder.getOrCreate()
     register(spark)
-
+    component, fields = source_component(args.topology, args.component)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", args.bootstrap_servers)
@@ -91,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.drop_malformed:
             parsed = parsed.where(F.col("v").isNotNull())
         df = parsed.select(*[F.col("v")[f].alias(f) for f in fields])
-
     writer = (
         df.writeStream.format("storm")
         .option("topology", args.topology)
@@ -101,22 +83,20 @@ def main(argv: list[str] | None = None) -> int:
         .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
         .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="kafka-to-storm-ck-"))
     )
-    query = writer.trigger(availableNow=True).start() if args.available_now else writer.start()
-    started = time.monotonic()
-    while query.isActive:
-        if not args.available_now and args.seconds and time.monotonic() - started > args.seconds:
-            while query.status.get("isTriggerActive"):
-                time.sleep(0.01)
-            query.stop()
-            break
-        query.awaitTermination(1)
-        progress = query.lastProgress
-        if progress and progress["numInputRows"]:
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} records", flush=True)
-    if query.exception() is not None:
-        print(f"query failed: {query.exception()}", file=sys.stderr)
+    return run_query(writer, args.available_now, args.seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job; return the exit status."""
+    args = parse_args(argv)
+    from spark_storm.spark.session import job_session
+
+    spark = job_session("kafka_to_storm", args.jars_dir, kafka=True)
+    try:
+        sent = run(spark, args)
+    except Exception as exc:
+        print(f"kafka_to_storm failed: {exc}", file=sys.stderr)
         return 1
-    sent = sum(p["numInputRows"] for p in query.recentProgress)
     print(f"sent {sent} records from {args.topic} to {args.workers}", flush=True)
     spark.stop()
     return 0

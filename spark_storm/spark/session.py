@@ -4,13 +4,43 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["local_session"]
+__all__ = ["DELTA_CONF", "connector_jars", "local_session"]
+
+#: What a session needs to use Delta Lake (the jars come from spark.jars, never a download).
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 
-def local_session(app: str, master: str = "local[2,4]", **conf: str) -> SparkSession:
+def connector_jars(jars_dir: str | Path = "jars/spark", *, kafka: bool = True, delta: bool = True) -> list[str]:
+    """Return the connector jars ``scripts/fetch-jars`` put in ``jars_dir`` (sorted paths).
+
+    Raises
+    ------
+    FileNotFoundError
+        A wanted connector is missing: the message says to run ``scripts/fetch-jars``.
+    """
+
+    def group(name: str) -> str:
+        return "delta" if "delta" in name else "kafka" if "kafka" in name or "commons-pool2" in name else "other"
+
+    wanted = {"kafka"} if kafka else set()
+    wanted |= {"delta"} if delta else set()
+    jars = sorted(str(p) for p in Path(jars_dir).glob("*.jar") if group(p.name) in wanted)
+    missing = sorted(w for w in wanted if not any(group(Path(j).name) == w for j in jars))
+    if missing:
+        msg = f"no {' / '.join(missing)} jars in {jars_dir}: run scripts/fetch-jars first (it fetches them from Maven)"
+        raise FileNotFoundError(msg)
+    return jars
+
+
+def local_session(app: str, master: str = "local[2,4]", *, jars: Sequence[str] = (), **conf: str) -> SparkSession:
     """Build (or get) a small local session.
 
     ``local[2,4]`` runs 2 cores and lets a failed task be retried up to 4 times, as a
@@ -25,8 +55,28 @@ def local_session(app: str, master: str = "local[2,4]", **conf: str) -> SparkSes
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+        if any("delta-spark" in Path(j).name for j in jars):
+            for key, value in DELTA_CONF.items():
+                builder = builder.config(key, value)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def job_session(app: str, jars_dir: str | Path, *, kafka: bool = False, delta: bool = False) -> SparkSession:
+    """Return the session of a ``jobs/`` script.
+
+    Under spark-submit (or a notebook) the master and ``--jars`` are the user's; Delta's
+    extension and catalog are still set, because a job that reads or writes Delta needs
+    them.  A plain ``python jobs/...`` run gets ``local[*]`` and the fetched connector jars.
+    """
+    if "SPARK_SUBMIT" in os.environ or "PYSPARK_GATEWAY_PORT" in os.environ:
+        builder = SparkSession.builder.appName(app)
+        for key, value in (DELTA_CONF if delta else {}).items():
+            builder = builder.config(key, value)
+        return builder.getOrCreate()
+    return local_session(app, "local[*]", jars=connector_jars(jars_dir, kafka=kafka, delta=delta))

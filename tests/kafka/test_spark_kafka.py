@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,6 @@ from spark_storm.worker.cluster import LocalCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def spark(spark_jars: list[str]) -> Iterator[Any]:
-    from spark_storm.spark.session import local_session
-
-    session = local_session("spark-kafka-tests", **{"spark.jars": ",".join(spark_jars)})
-    yield session
-    session.stop()
 
 
 def _produce(broker: str, topic: str, rows: list[dict[str, Any]]) -> None:

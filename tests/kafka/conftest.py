@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def spark(spark_jars: list[str]) -> Iterator[Any]:
+    """A local session with every connector jar (Kafka and Delta) and Delta's extension.
+
+    Every module here asks for the same jars, so whichever starts the JVM first puts them
+    all on the driver's classpath.
+    """
+    from spark_storm.spark import register
+    from spark_storm.spark.session import local_session
+
+    session = local_session("spark-connector-tests", jars=spark_jars)
+    register(session)
+    yield session
+    session.stop()
