@@ -1,12 +1,15 @@
-"""Sustained rows/s of one streaming query into four sinks, measured in the same run.
+"""Sustained rows/s of one streaming query into five sinks, measured in the same run.
 
 (a) Spark's ``noop`` sink; (b) a do-nothing ``DataSourceStreamArrowWriter`` that only
 counts rows (the ceiling of any Python sink); (c) ``format("storm")`` with
 ``delivery=accepted`` into 2 workers whose source bolt is a no-op; (d) ``foreachBatch``
-through ``storm_sink``.  Rate source (``rate-micro-batch``: the same fixed number of rows
-in every micro-batch, so each sink gets identical batches whatever its speed), 1 s
-trigger, local[2].  The figure is the median ``processedRowsPerSecond`` (rows / batch
-duration) of the batches after a warm-up.
+through ``storm_sink``; (e) Spark's own Kafka sink into a local broker (started here,
+``acks=all``, one topic with 2 partitions) -- what a user would pick instead of storm.
+The Kafka sink needs a string/binary value, so (e) casts the long to a string.
+Rate source (``rate-micro-batch``: the same fixed number of rows in every micro-batch, so
+each sink gets identical batches whatever its speed), 1 s trigger, local[2].  The figure
+is the median ``processedRowsPerSecond`` (rows / batch duration) of the batches after a
+warm-up.
 
     python -m bench.spark_sink [--seconds 20] [--rows-per-batch 500000]
 """
@@ -26,7 +29,8 @@ import yaml
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from spark_storm.spark import storm_sink
-from spark_storm.spark.session import local_session
+from spark_storm.spark.session import connector_jars, local_session
+from spark_storm.tools.kafka_broker import KafkaBroker
 from spark_storm.worker.cluster import LocalCluster
 
 
@@ -83,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     topo_path = tmp / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo))
-    spark = local_session("bench-spark-sink", master="local[2]")
+    try:
+        jars = connector_jars(delta=False)
+    except FileNotFoundError as exc:
+        print(f"(e) skipped: {exc}", file=sys.stderr)
+        jars = []
+    spark = local_session("bench-spark-sink", master="local[2]", jars=jars)
     spark.dataSource.register(CountingSource)
 
     def stream() -> Any:
@@ -118,12 +127,40 @@ def main(argv: list[str] | None = None) -> int:
             ),
             args.seconds,
         )
+    if jars:
+        broker = KafkaBroker(tmp / "kafka")
+        bootstrap = broker.start()
+        try:
+            from kafka.admin import KafkaAdminClient, NewTopic
+
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+            admin.create_topics([NewTopic("bench", 2, 1)])
+            admin.close()
+            results["e Spark Kafka sink"] = measure(
+                lambda: (
+                    stream()
+                    .selectExpr("cast(value as string) as value")
+                    .writeStream.format("kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("kafka.acks", "all")
+                    .option("topic", "bench")
+                    .option("checkpointLocation", tempfile.mkdtemp(dir=tmp))
+                    .trigger(processingTime="1 second")
+                    .start()
+                ),
+                args.seconds,
+            )
+        finally:
+            broker.stop()
     spark.stop()
     print(f"\nrate-micro-batch, {args.rows_per_batch:,} rows per batch, 1 s trigger, local[2]; median after warm-up")
     for name, rate in results.items():
         print(f"  {name:28s} {rate:14,.0f} rows/s")
     c = results["c format(storm)"]
-    print(f"  c/b = {c / results['b counting Arrow writer']:.2f}   c/a = {c / results['a noop']:.2f}", file=sys.stdout)
+    ratios = f"  c/b = {c / results['b counting Arrow writer']:.2f}   c/a = {c / results['a noop']:.2f}"
+    if "e Spark Kafka sink" in results:
+        ratios += f"   c/e = {c / results['e Spark Kafka sink']:.2f}"
+    print(ratios)
     return 0
 
 
