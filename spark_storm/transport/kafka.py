@@ -252,6 +252,11 @@ class Context(TrackingContext):
                 raise TransportError(msg) from exc
         return True
 
+    def partitions_of(self, consumer: KafkaConsumer, topic: str) -> list[TopicPartition]:
+        """Every partition of ``topic`` (the configured count while metadata is not in yet)."""
+        found = consumer.partitions_for_topic(topic) or set(range(self.partitions))
+        return [TopicPartition(topic, p) for p in sorted(found)]
+
     def sign(self, role: bytes, topology_id: str, key: bytes, value: bytes) -> list[tuple[str, bytes]]:
         """Record headers: topology id, and the MAC when a secret is set."""
         headers = [("t", topology_id.encode("utf-8"))]
@@ -306,8 +311,7 @@ class KafkaServer(ServerBase):
         self._max_records = context.conf.get_int(KAFKA_POLL_MAX_RECORDS, minimum=1)
         self._producer = context.producer()
         self._consumer = context.consumer(group_id=self.topic)
-        parts = self._consumer.partitions_for_topic(self.topic) or {0}
-        self._consumer.assign([TopicPartition(self.topic, p) for p in sorted(parts)])
+        self._consumer.assign(context.partitions_of(self._consumer, self.topic))
         self._stop = threading.Event()
         self._announce()
         self._thread = threading.Thread(target=self._run, name=f"kafka-server-{self.topic}", daemon=True)
@@ -342,11 +346,9 @@ class KafkaServer(ServerBase):
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         self._reply(_BROADCAST, encode_control(LoadMetrics(dict(loads))))
-        self._producer.flush()
 
     def send_backpressure_status(self, status: BackpressureStatus) -> None:
         self._reply(_BROADCAST, encode_control(status))
-        self._producer.flush()
 
     # --- the consumer thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -366,14 +368,17 @@ class KafkaServer(ServerBase):
                         offsets[tp] = OffsetAndMetadata(record.offset + 1, "", -1)
                 if offsets:
                     self._commit(offsets)
-                for session, seq in receipts.items():
-                    self._reply(session, encode_control(Receipt(seq)))
-                if receipts:
-                    self._producer.flush()
+                for session, seq in receipts.items():  # sent within linger.ms; no flush of the
+                    self._reply(session, encode_control(Receipt(seq)))  # shared producer here
         except Exception:
             if not self.closed:
-                logger.exception("%s: consumer thread failed; the server stops receiving", self.describe())
+                self.count("consumer_failures")
+                logger.exception(
+                    "%s: consumer thread failed; the server stops receiving and announcing (clients see it gone)",
+                    self.describe(),
+                )
         finally:
+            self._stop.set()
             consumer.close(autocommit=False)
 
     def _commit(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
@@ -462,7 +467,6 @@ class KafkaServer(ServerBase):
 
     def _ack(self, session: bytes, ack: BatchAck) -> None:
         self._reply(session, encode_control(ack))
-        self._producer.flush()
 
     # --- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -513,10 +517,11 @@ class KafkaClient(ClientBase):
         self._produce_errors = 0
         self.last_error: str | None = None
         self._consumer = context.consumer(group_id=None)
-        tp = TopicPartition(self.reply_topic, 0)
-        self._consumer.assign([tp])
-        self._consumer.seek_to_end(tp)
-        self._consumer.position(tp)  # resolve now: every reply to what we send comes after this
+        parts = context.partitions_of(self._consumer, self.reply_topic)
+        self._consumer.assign(parts)
+        self._consumer.seek_to_end(*parts)
+        for tp in parts:
+            self._consumer.position(tp)  # resolve now: every reply to what we send comes after this
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kafka-client-{self.topic}", daemon=True)
         self._thread.start()
