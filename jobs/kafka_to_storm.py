@@ -21,9 +21,14 @@ with ``--delivery accepted|processed``, nothing reaches the workers twice.
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 from typing import Any
+
+from spark_storm.spark.jobs import add_job_arguments, job_main
+
+
+def show_progress(progress: dict[str, Any]) -> None:
+    """Print one micro-batch's progress line."""
+    print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -31,20 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bootstrap-servers", required=True, help="Kafka brokers host:port,...")
     parser.add_argument("--topic", required=True, help="topic to read (subscribe)")
-    parser.add_argument("--topology", required=True, help="topology YAML")
-    parser.add_argument("--workers", required=True, help="worker slots host:port,...")
-    parser.add_argument("--component", help="source component to feed (default: the topology's only source)")
     parser.add_argument("--format", default="text", choices=["text", "json"], help="how to parse the record value")
     parser.add_argument("--schema", help="DDL schema of the JSON values (default: the source's fields as STRING)")
     parser.add_argument("--drop-malformed", action="store_true", help="drop records whose JSON does not parse")
     parser.add_argument("--starting-offsets", default="earliest", help="earliest, latest or Spark's JSON form")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=0, help="cap per micro-batch (0 = none)")
-    parser.add_argument("--delivery", default="processed", choices=["none", "accepted", "processed"])
-    parser.add_argument("--available-now", action="store_true", help="read what is there now, then stop")
-    parser.add_argument("--seconds", type=float, default=0.0, help="without --available-now: stop after (0 = never)")
-    parser.add_argument("--checkpoint", help="checkpoint dir (default: a temp dir; give one to resume)")
-    parser.add_argument("--storm-conf", help="a storm.yaml for the connections (e.g. the auth secret file)")
-    parser.add_argument("--jars-dir", default="jars/spark", help="connector jars for a plain python run")
+    add_job_arguments(parser, storm=True)
     return parser.parse_args(argv)
 
 
@@ -53,7 +50,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     from spark_storm.spark import register
-    from spark_storm.spark.jobs import run_query, source_component
+    from spark_storm.spark.jobs import run_query, source_component, storm_writer
 
     register(spark)
     component, fields = source_component(args.topology, args.component)
@@ -74,31 +71,15 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         if args.drop_malformed:
             parsed = parsed.where(F.col("v").isNotNull())
         df = parsed.select(*[F.col("v")[f].alias(f) for f in fields])
-    writer = (
-        df.writeStream.format("storm")
-        .option("topology", args.topology)
-        .option("workers", args.workers)
-        .option("component", component)
-        .option("delivery", args.delivery)
-        .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
-        .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="kafka-to-storm-ck-"))
-    )
-    return run_query(writer, args.available_now, args.seconds)
+    writer = storm_writer(df, args, component, "kafka-to-storm-ck-")
+    return run_query(writer, args.available_now, args.seconds, show_progress)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the job; return the exit status."""
+    """Run the job; return the exit status (a failure raises, with Spark's error)."""
     args = parse_args(argv)
-    from spark_storm.spark.session import job_session
-
-    spark = job_session("kafka_to_storm", args.jars_dir, kafka=True)
-    try:
-        sent = run(spark, args)
-    except Exception as exc:
-        print(f"kafka_to_storm failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"sent {sent} records from {args.topic} to {args.workers}", flush=True)
-    spark.stop()
+    rows = job_main("kafka_to_storm", args, run, kafka=True)
+    print(f"sent {rows} records from {args.topic} to {args.workers}", flush=True)
     return 0
 
 

@@ -18,8 +18,14 @@ leaves them out), so every result row can be traced to its Kafka record.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
+
+from spark_storm.spark.jobs import add_job_arguments, job_main
+
+
+def show_progress(progress: dict[str, Any]) -> None:
+    """Print one micro-batch's progress line."""
+    print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -29,13 +35,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--topic", required=True, help="results topic (JSON values)")
     parser.add_argument("--schema", required=True, help='DDL schema of the JSON values, e.g. "word STRING, n BIGINT"')
     parser.add_argument("--table", required=True, help="Delta table path to append to")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint dir (keep it: it is the job's progress)")
     parser.add_argument("--app-id", help="Delta txnAppId (default: derived from table and topic; keep it stable)")
     parser.add_argument("--no-source-columns", action="store_true", help="leave out topic/partition/offset")
     parser.add_argument("--starting-offsets", default="earliest")
-    parser.add_argument("--available-now", action="store_true", help="write what the topic holds now, then stop")
-    parser.add_argument("--seconds", type=float, default=0.0, help="without --available-now: stop after (0 = never)")
-    parser.add_argument("--jars-dir", default="jars/spark", help="connector jars for a plain python run")
+    add_job_arguments(parser, storm=False, checkpoint_required=True)
     return parser.parse_args(argv)
 
 
@@ -77,22 +80,14 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         .writeStream.foreachBatch(delta_writer(args.table, app_id))
         .option("checkpointLocation", args.checkpoint)
     )
-    return run_query(writer, args.available_now, args.seconds)
+    return run_query(writer, args.available_now, args.seconds, show_progress)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the job; return the exit status."""
+    """Run the job; return the exit status (a failure raises, with Spark's error)."""
     args = parse_args(argv)
-    from spark_storm.spark.session import job_session
-
-    spark = job_session("results_to_delta", args.jars_dir, kafka=True, delta=True)
-    try:
-        read = run(spark, args)
-    except Exception as exc:
-        print(f"results_to_delta failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {read} records from {args.topic} to {args.table}", flush=True)
-    spark.stop()
+    rows = job_main("results_to_delta", args, run, kafka=True, delta=True)
+    print(f"wrote {rows} records from {args.topic} to {args.table}", flush=True)
     return 0
 
 

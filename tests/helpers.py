@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import yaml
 
 
 def wait_until(pred: Callable[[], object], *, what: str, timeout: float = 10.0) -> None:
@@ -15,3 +17,23 @@ def wait_until(pred: Callable[[], object], *, what: str, timeout: float = 10.0) 
         if time.monotonic() > deadline:
             pytest.fail(f"gave up after {timeout}s waiting for {what}")
         time.sleep(0.005)
+
+
+def kafka_result_topology(directory: Path, name: str, broker: str, topic: str) -> Path:
+    """Write a topology whose source ``in`` (word, n) hands every tuple to Kafka ``topic``."""
+    topo = {
+        "name": name,
+        "components": [
+            {
+                "id": "in",
+                "source": True,
+                "fields": ["word", "n"],
+                "parallelism": 2,
+                "bolt": "spark_storm.examples.kafka_bolt:KafkaResultBolt",
+                "conf": {"kafka.bootstrap": broker, "kafka.topic": topic, "kafka.key.field": "word"},
+            }
+        ],
+    }
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    return path

@@ -1,14 +1,37 @@
-"""What the ``jobs/`` scripts share: picking the source component and running a query to its end."""
+"""What the ``jobs/`` scripts share: the source component, the storm writer, running a query, main()."""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from spark_storm.errors import ConfigError
 from spark_storm.topology import load_topology
 
-__all__ = ["run_query", "source_component"]
+__all__ = ["add_job_arguments", "job_main", "run_query", "source_component", "storm_writer"]
+
+logger = logging.getLogger(__name__)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, *, storm: bool, checkpoint_required: bool = False) -> None:
+    """Add the options every job has: run length, checkpoint, jars; with ``storm``, the target topology."""
+    if storm:
+        parser.add_argument("--topology", required=True, help="topology YAML")
+        parser.add_argument("--workers", required=True, help="worker slots host:port,...")
+        parser.add_argument("--component", help="source component to feed (default: the topology's only source)")
+        parser.add_argument("--delivery", default="processed", choices=["none", "accepted", "processed"])
+        parser.add_argument("--storm-conf", help="a storm.yaml for the connections (e.g. the auth secret file)")
+    parser.add_argument("--available-now", action="store_true", help="process what the source holds now, then stop")
+    parser.add_argument("--seconds", type=float, default=0.0, help="without --available-now: stop after (0 = never)")
+    if checkpoint_required:
+        parser.add_argument("--checkpoint", required=True, help="checkpoint dir (keep it: it is the job's progress)")
+    else:
+        parser.add_argument("--checkpoint", help="checkpoint dir (default: a temp dir; give one to resume)")
+    parser.add_argument("--jars-dir", default="jars/spark", help="connector jars for a plain python run")
 
 
 def source_component(topology_path: str, component: str | None) -> tuple[str, list[str]]:
@@ -28,11 +51,60 @@ def source_component(topology_path: str, component: str | None) -> tuple[str, li
     return chosen, list(topology.components[chosen].fields_of())
 
 
-def run_query(writer: Any, available_now: bool, seconds: float) -> int:
+def storm_writer(df: Any, args: argparse.Namespace, component: str, checkpoint_prefix: str) -> Any:
+    """``df.writeStream.format("storm")`` with the jobs' common options.
+
+    Uses ``args.topology``, ``args.workers``, ``args.delivery``, ``args.storm_conf`` and
+    ``args.checkpoint`` (a temp dir named after ``checkpoint_prefix`` when None).
+    """
+    return (
+        df.writeStream.format("storm")
+        .option("topology", args.topology)
+        .option("workers", args.workers)
+        .option("component", component)
+        .option("delivery", args.delivery)
+        .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
+        .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix=checkpoint_prefix))
+    )
+
+
+def job_main(
+    app: str,
+    args: argparse.Namespace,
+    run: Callable[[Any, argparse.Namespace], int],
+    *,
+    kafka: bool = False,
+    delta: bool = False,
+) -> int:
+    """Run a job's ``run(spark, args)`` on its session (see ``job_session``) and stop the session.
+
+    Returns what ``run`` returned (rows); its exceptions propagate, so spark-submit shows
+    them and exits non-zero.
+    """
+    from spark_storm.spark.session import job_session
+
+    spark = job_session(app, args.jars_dir, kafka=kafka, delta=delta)
+    try:
+        return run(spark, args)
+    finally:
+        spark.stop()
+
+
+def _log_progress(progress: dict[str, Any]) -> None:
+    logger.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
+
+
+def run_query(
+    writer: Any,
+    available_now: bool,
+    seconds: float,
+    on_progress: Callable[[dict[str, Any]], None] = _log_progress,
+) -> int:
     """Start ``writer`` (a DataStreamWriter) and run it to its end; return the input rows.
 
     ``available_now``: process what the source holds now, then stop.  Otherwise run until
     ``seconds`` passed (0 = until the query stops), stopping between micro-batches.
+    ``on_progress`` gets each micro-batch's progress that had input rows (default: logged).
 
     Raises
     ------
@@ -52,7 +124,7 @@ def run_query(writer: Any, available_now: bool, seconds: float) -> int:
         progress = query.lastProgress
         if progress and progress["batchId"] != seen and progress["numInputRows"]:
             seen = progress["batchId"]
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
+            on_progress(progress)
     error = query.exception()
     if error is not None:
         raise error

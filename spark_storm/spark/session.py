@@ -75,6 +75,7 @@ def job_session(app: str, jars_dir: str | Path, *, kafka: bool = False, delta: b
     them.  A plain ``python jobs/...`` run gets ``local[*]`` and the fetched connector jars.
     """
     if "SPARK_SUBMIT" in os.environ or "PYSPARK_GATEWAY_PORT" in os.environ:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = SparkSession.builder.appName(app)
         for key, value in (DELTA_CONF if delta else {}).items():
             builder = builder.config(key, value)

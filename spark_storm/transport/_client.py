@@ -18,17 +18,13 @@ from typing import Any, Protocol
 from spark_storm.config import (
     STORM_HANDSHAKE_TIMEOUT_MS,
     STORM_MAX_FRAME_BYTES,
-    STORM_OVERFLOW_POLICY,
-    STORM_SEND_TIMEOUT_MS,
     TCP_BATCH_BYTES,
     TCP_FLUSH_TIMEOUT_MS,
-    TCP_HIGH_WATERMARK,
-    TCP_LOW_WATERMARK,
     TCP_MAX_WAIT_MS,
     TCP_MIN_WAIT_MS,
     Config,
 )
-from spark_storm.errors import ConfigError, ConnectionClosedError
+from spark_storm.errors import ConnectionClosedError
 from spark_storm.messaging.api import IConnection
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
@@ -58,18 +54,7 @@ class SessionClient(ClientBase):
         conf = context.conf
         self._context = context
         self._peer = peer
-        high = conf.get_int(TCP_HIGH_WATERMARK, minimum=1)
-        low = conf.get_int(TCP_LOW_WATERMARK, minimum=0)
-        if low > high:
-            msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
-            raise ConfigError(msg)
-        self._session = ClientSession(
-            high,
-            low,
-            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
-            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
-            peer,
-        )
+        self._session = ClientSession.from_conf(conf, peer)
         self._secret = conf.auth_secret()
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
         self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)

@@ -22,8 +22,16 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from spark_storm.config import (
+    STORM_OVERFLOW_POLICY,
+    STORM_SEND_TIMEOUT_MS,
+    TCP_HIGH_WATERMARK,
+    TCP_LOW_WATERMARK,
+    Config,
+)
 from spark_storm.errors import (
     AuthenticationError,
+    ConfigError,
     ConnectionBrokenError,
     ConnectionClosedError,
     SendTimeoutError,
@@ -92,6 +100,23 @@ class ClientSession:
         self.lost = 0
         self.resent = 0
         self.blocked = 0
+
+    @classmethod
+    def from_conf(cls, conf: Config, peer: str) -> ClientSession:
+        """Build one from the watermark, overflow-policy and send-timeout keys (shared by every client).
+
+        Raises
+        ------
+        ConfigError
+            The low watermark is above the high one, or a key has a bad value.
+        """
+        high = conf.get_int(TCP_HIGH_WATERMARK, minimum=1)
+        low = conf.get_int(TCP_LOW_WATERMARK, minimum=0)
+        if low > high:
+            msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
+            raise ConfigError(msg)
+        policy = conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop"))
+        return cls(high, low, policy, conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1), peer)
 
     def admit(self, batch: Sequence[TaskMessage], header: BatchHeader | None = None) -> tuple[int, bool]:
         """Admit ``batch``: number it, keep it for resend and queue it for writing.

@@ -64,12 +64,8 @@ from spark_storm.config import (
     KAFKA_REPLICATION,
     KAFKA_TOPIC_PREFIX,
     STORM_MAX_FRAME_BYTES,
-    STORM_OVERFLOW_POLICY,
-    STORM_SEND_TIMEOUT_MS,
     STORM_SERVER_SESSIONS_MAX,
     TCP_FLUSH_TIMEOUT_MS,
-    TCP_HIGH_WATERMARK,
-    TCP_LOW_WATERMARK,
     Config,
 )
 from spark_storm.errors import (
@@ -279,8 +275,60 @@ class Context(TrackingContext):
                 msg = f"no free kafka port for topology {topology_id!r} after 100 tries"
                 raise TransportError(msg)
         else:
-            self.ensure_topics(topic_for(self.prefix, topology_id, port))
+            topic = topic_for(self.prefix, topology_id, port)
+            self.ensure_topics(topic)
+            self._wait_until_unserved(topic, port)
         return KafkaServer(self, topology_id, port, callback)
+
+    def _live_servers(self, topic: str) -> dict[bytes, float]:
+        """Server instances announcing on ``topic``'s reply topic lately, with their last announcement's age in s."""
+        consumer = self.consumer(group_id=None)
+        try:
+            parts = self.partitions_of(consumer, reply_topic(topic))
+            consumer.assign(parts)
+            ends = consumer.end_offsets(parts)
+            starts = consumer.beginning_offsets(parts)
+            for tp in parts:
+                consumer.seek(tp, max(starts[tp], ends[tp] - 100))
+            last: dict[bytes, tuple[int, bool]] = {}  # instance -> (timestamp ms, closed)
+            deadline = time.monotonic() + 10
+            while any(consumer.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=_POLL_MS).values():
+                    for record in records:
+                        instance = _headers(record).get("i")
+                        if record.key or instance is None:
+                            continue
+                        with contextlib.suppress(WireFormatError):
+                            for item in FrameDecoder(self.max_frame).feed(record.value or b""):
+                                if isinstance(item, Hello | Close):
+                                    last[instance] = (record.timestamp, isinstance(item, Close))
+        finally:
+            consumer.close(autocommit=False)
+        now_ms = time.time() * 1000
+        window_ms = 3 * self.heartbeat_s * 1000
+        return {i: (now_ms - ts) / 1000 for i, (ts, closed) in last.items() if not closed and now_ms - ts < window_ms}
+
+    def _wait_until_unserved(self, topic: str, port: int) -> None:
+        """Bind only where no live server consumes: a crashed one's announcements expire first.
+
+        Raises
+        ------
+        TransportError
+            Another server kept announcing on this (topology, port) for 3 heartbeats.
+        """
+        deadline = time.monotonic() + 3 * self.heartbeat_s + 1
+        while True:
+            live = self._live_servers(topic)
+            if not live:
+                return
+            if time.monotonic() > deadline:
+                who = ", ".join(f"{i.hex()[:12]} ({age:.1f}s ago)" for i, age in live.items())
+                msg = (
+                    f"kafka port {port} ({topic}) is served by a live server (instance {who}); "
+                    "close it first or bind another port"
+                )
+                raise TransportError(msg)
+            time.sleep(self.heartbeat_s / 2)
 
     def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
         self.ensure_topics(topic_for(self.prefix, topology_id, port))
@@ -370,12 +418,15 @@ class KafkaServer(ServerBase):
                     self._commit(offsets)
                 for session, seq in receipts.items():  # sent within linger.ms; no flush of the
                     self._reply(session, encode_control(Receipt(seq)))  # shared producer here
-        except Exception:
-            if not self.closed:
+        except Exception as exc:
+            if self.closed:
+                logger.debug("%s: consumer thread ended while closing: %r", self.describe(), exc)
+            else:
                 self.count("consumer_failures")
                 logger.exception(
-                    "%s: consumer thread failed; the server stops receiving and announcing (clients see it gone)",
+                    "%s: consumer thread failed (%r); the server stops receiving and announcing (clients see it gone)",
                     self.describe(),
+                    exc,
                 )
         finally:
             self._stop.set()
@@ -490,18 +541,7 @@ class KafkaClient(ClientBase):
         self._context = context
         self.topic = topic_for(context.prefix, topology_id, port)
         self.reply_topic = reply_topic(self.topic)
-        high = conf.get_int(TCP_HIGH_WATERMARK, minimum=1)
-        low = conf.get_int(TCP_LOW_WATERMARK, minimum=0)
-        if low > high:
-            msg = f"{TCP_LOW_WATERMARK}={low} must not exceed {TCP_HIGH_WATERMARK}={high}"
-            raise ConfigError(msg)
-        self._session = ClientSession(
-            high,
-            low,
-            conf.get_choice(STORM_OVERFLOW_POLICY, ("block", "drop")),
-            conf.get_int(STORM_SEND_TIMEOUT_MS, minimum=-1),
-            self.topic,
-        )
+        self._session = ClientSession.from_conf(conf, self.topic)
         self.session_id = self._session.session_id
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
         self._record_limit = context.max_frame
@@ -558,8 +598,11 @@ class KafkaClient(ClientBase):
                 for records in self._consumer.poll(timeout_ms=_POLL_MS).values():
                     for record in records:
                         self._on_reply(record)
-        except Exception:
-            if not self._stop.is_set():
+        except Exception as exc:
+            if self._stop.is_set():
+                logger.debug("%s: reply thread ended while closing: %r", self.describe(), exc)
+            else:
+                self.last_error = f"reply thread failed: {exc!r}"
                 logger.exception("%s: reply thread failed; status and receipts stop updating", self.describe())
         finally:
             self._consumer.close(autocommit=False)

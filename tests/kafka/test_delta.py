@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from jobs import delta_to_storm, results_to_delta
 from spark_storm.worker.cluster import LocalCluster
+from tests.helpers import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -42,21 +42,7 @@ def test_delta_to_storm_to_delta_results(spark: Any, kafka_broker: str, tmp_path
     tag = uuid.uuid4().hex[:8]
     source, results = str(tmp_path / "source"), str(tmp_path / "results")
     result_topic = f"delta-results-{tag}"
-    topo = {
-        "name": "delta-roundtrip",
-        "components": [
-            {
-                "id": "in",
-                "source": True,
-                "fields": ["word", "n"],
-                "parallelism": 2,
-                "bolt": "spark_storm.examples.kafka_bolt:KafkaResultBolt",
-                "conf": {"kafka.bootstrap": kafka_broker, "kafka.topic": result_topic, "kafka.key.field": "word"},
-            }
-        ],
-    }
-    topology = tmp_path / "topology.yaml"
-    topology.write_text(yaml.safe_dump(topo))
+    topology = kafka_result_topology(tmp_path, "delta-roundtrip", kafka_broker, result_topic)
     spark.createDataFrame(_rows(0, 240), "word STRING, n BIGINT").write.format("delta").save(source)
 
     with LocalCluster(str(topology), 2) as cluster:

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 import yaml
 
-from spark_storm.errors import ConfigError, TransportInitError
+from spark_storm.errors import ConfigError, TransportError, TransportInitError
 from spark_storm.messaging import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import PROCESSED, BatchHeader
 from spark_storm.netutil import free_ports
@@ -137,3 +137,18 @@ def test_config_errors_name_the_key_and_the_fix(kafka_broker: str) -> None:
     ):
         ctx.bind("t", 0)
     ctx.term()
+
+
+def test_a_port_served_by_a_live_server_cannot_be_bound_twice(kafka_broker: str) -> None:
+    prefix = f"t{uuid.uuid4().hex[:8]}-"
+    first_ctx, second_ctx = make_context(_conf(kafka_broker, prefix)), make_context(_conf(kafka_broker, prefix))
+    try:
+        first = first_ctx.bind("exclusive", 0)
+        with pytest.raises(TransportError, match=rf"kafka port {first.port} .* is served by a live server"):
+            second_ctx.bind("exclusive", first.port)
+        first.close()  # its CLOSE announcement frees the port at once
+        second = second_ctx.bind("exclusive", first.port)
+        assert second.port == first.port
+    finally:
+        first_ctx.term()
+        second_ctx.term()

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from spark_storm.worker.cluster import LocalCluster
+from tests.helpers import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,21 +84,7 @@ def _run_job(args: list[str], jars: list[str]) -> subprocess.CompletedProcess[st
 def test_kafka_to_storm_to_result_topic_exactly_once(kafka_broker: str, spark_jars: list[str], tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     source_topic, result_topic = f"words-{tag}", f"results-{tag}"
-    topo = {
-        "name": "kafka-roundtrip",
-        "components": [
-            {
-                "id": "in",
-                "source": True,
-                "fields": ["word", "n"],
-                "parallelism": 2,
-                "bolt": "spark_storm.examples.kafka_bolt:KafkaResultBolt",
-                "conf": {"kafka.bootstrap": kafka_broker, "kafka.topic": result_topic, "kafka.key.field": "word"},
-            }
-        ],
-    }
-    path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump(topo))
+    path = kafka_result_topology(tmp_path, "kafka-roundtrip", kafka_broker, result_topic)
     _produce(kafka_broker, source_topic, [{"word": f"w{i % 7}", "n": i} for i in range(300)])
     checkpoint = tmp_path / "checkpoint"
     with LocalCluster(str(path), 2) as cluster:
