@@ -9,10 +9,17 @@ times from the first send until the receiver reports it holds all N (decoded):
 * tcp, zmq, zmq-ipc: ``IConnection.send`` in batches into a server whose callback
   counts the batches it is handed (our decoder makes the TaskMessages).
 
+With ``--kafka`` a broker is started (scripts/fetch-jars' jars) and two more sides run:
+
+* kafka-raw: the same frame blocks (one record per batch) produced with kafka-python
+  (``acks=all``) and consumed by a plain KafkaConsumer that decodes them with the
+  baseline's loop -- what Kafka itself costs from Python, the kafka transport's baseline;
+* kafka: the kafka transport (records, receipts, offset commits, announcements).
+
 Sides run interleaved for several rounds; the best round of each is reported, since
 the machines are noisy and the best round is the least disturbed one.
 
-    python -m bench.transport [--messages 1000000] [--batch 1000] [--rounds 3]
+    python -m bench.transport [--messages 1000000] [--batch 1000] [--rounds 3] [--kafka]
 """
 
 from __future__ import annotations
@@ -93,6 +100,65 @@ def transport_receiver(conf: dict[str, Any], port_out: Connection, done: Connect
     ctx.term()
 
 
+def _decode_count(data: bytes) -> int:
+    unpack = struct.Struct(">hi").unpack_from
+    out: list[tuple[int, bytes]] = []
+    pos, length = 0, len(data)
+    while pos < length:
+        task, plen = unpack(data, pos)
+        start = pos + 6
+        pos = start + plen
+        out.append((task, data[start:pos]))
+    return len(out)
+
+
+def kafka_raw_receiver(bootstrap: str, topic: str, ready: Connection, done: Connection, n: int) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, max_partition_fetch_bytes=1 << 24)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    consumer.position(tp)
+    ready.send(True)
+    count = 0
+    while count < n:
+        for records in consumer.poll(timeout_ms=100).values():
+            for record in records:
+                count += _decode_count(record.value)
+    done.send(count)
+    consumer.close()
+
+
+def run_kafka_raw(bootstrap: str, n: int, batch: int) -> float:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"bench-raw-{time.monotonic_ns()}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 1, 1)])
+    admin.close()
+    spawn = mp.get_context("spawn")
+    ready_r, ready_w = spawn.Pipe(duplex=False)
+    done_r, done_w = spawn.Pipe(duplex=False)
+    proc = spawn.Process(target=kafka_raw_receiver, args=(bootstrap, topic, ready_w, done_w, n))
+    proc.start()
+    ready_r.recv()
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=1, batch_size=256 * 1024, max_request_size=1 << 24
+    )
+    block = encode_messages([TaskMessage(i % 1000, b"p" * PAYLOAD) for i in range(batch)])
+    t0 = time.perf_counter()
+    for _ in range(n // batch):
+        producer.send(topic, block)
+    producer.flush()
+    done_r.recv()
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    proc.join(20)
+    return elapsed
+
+
 def run_baseline(n: int, batch: int) -> float:
     port_r, port_w = mp.Pipe(duplex=False)
     done_r, done_w = mp.Pipe(duplex=False)
@@ -151,15 +217,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--kafka", action="store_true", help="also kafka-raw and the kafka transport (starts a broker)")
     args = parser.parse_args(argv)
     n = args.messages - args.messages % args.batch
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    broker = None
+    if args.kafka:
+        import tempfile
+
+        from spark_storm.tools.kafka_broker import KafkaBroker
+
+        broker = KafkaBroker(tempfile.mkdtemp(prefix="bench-kafka-"))
+        bootstrap = broker.start()
+        SIDES["kafka"] = {"storm.messaging.transport": "kafka", "storm.messaging.kafka.bootstrap.servers": bootstrap}
+        sides += ["kafka-raw", "kafka"]
     best: dict[str, float] = {}
-    for r in range(args.rounds):
-        for name in ["baseline", *sides]:
-            secs = run_baseline(n, args.batch) if name == "baseline" else run_transport(SIDES[name], n, args.batch)
-            best[name] = min(best.get(name, float("inf")), secs)
-            print(f"round {r + 1}: {name:9s} {n / secs:12,.0f} msg/s", file=sys.stderr, flush=True)
+    try:
+        for r in range(args.rounds):
+            for name in ["baseline", *sides]:
+                if name == "baseline":
+                    secs = run_baseline(n, args.batch)
+                elif name == "kafka-raw":
+                    secs = run_kafka_raw(bootstrap, n, args.batch)
+                else:
+                    secs = run_transport(SIDES[name], n, args.batch)
+                best[name] = min(best.get(name, float("inf")), secs)
+                print(f"round {r + 1}: {name:9s} {n / secs:12,.0f} msg/s", file=sys.stderr, flush=True)
+    finally:
+        if broker is not None:
+            broker.stop()
     base = n / best["baseline"]
     print(f"\n{n:,} messages of {PAYLOAD} bytes, batches of {args.batch}, best of {args.rounds} rounds")
     print(f"{'side':10s} {'msg/s':>12s} {'MB/s':>8s} {'vs baseline':>12s}")
@@ -167,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         rate = n / best[name]
         mbs = rate * PAYLOAD / 1e6
         print(f"{name:10s} {rate:12,.0f} {mbs:8.1f} {rate / base:11.0%}")
+    if "kafka" in best:
+        print(f"kafka transport vs kafka-raw: {best['kafka-raw'] / best['kafka']:.0%}")
     return 0
 
 
