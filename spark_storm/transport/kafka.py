@@ -47,6 +47,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, ClassVar
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -686,12 +687,11 @@ class KafkaClient(ClientBase):
             msg = f"{call} on closed {self.describe()}"
             raise ConnectionClosedError(msg)
 
-    def _produce(self, chunk: bytes, tasks: Iterable[int] = ()) -> None:
+    def _produce(self, chunk: bytes, tasks: AbstractSet[int] = frozenset()) -> None:
         # Caller holds _send_lock, so records leave in admission order.
         headers = self._context.sign(_CLIENT, self.topology_id, self.session_id, chunk)
-        task_list = sorted(set(tasks))
-        if task_list:
-            headers.append(("tasks", ",".join(map(str, task_list)).encode()))
+        if tasks:
+            headers.append(("tasks", ",".join(map(str, sorted(tasks))).encode()))
         future = self._producer.send(self.topic, key=self.session_id, value=chunk, headers=headers)
         future.add_errback(self._on_produce_error)
 
@@ -701,19 +701,28 @@ class KafkaClient(ClientBase):
         logger.error("%s: %s", self.describe(), self.last_error)
 
     def _admit(self, batch: Sequence[TaskMessage], header: BatchHeader | None) -> None:
+        # admit() encodes (and so validates) the whole batch before anything is numbered.
         with self._send_lock:
             self._check_open("send")
             self._session.admit(batch, header)
-            for chunk in self._session.take_outbox():
-                self._produce(chunk, (m.task for m in batch))
+            for chunk in self._session.take_outbox():  # one chunk, or none when the drop policy dropped it
+                self._produce(chunk, {m[0] for m in batch})
 
     def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
         batch = as_batch(messages)
-        check_messages(batch)  # task ids and payload types, before any slice is sent
         if not batch:
             return
         self._check_open("send")
-        # One record per slice of at most storm.messaging.max.frame.bytes.
+        try:
+            size = sum(len(m[1]) for m in batch) + 6 * len(batch)
+        except TypeError:  # a payload without a length: check_messages below names it
+            size = self._record_limit + 1
+        if size <= self._record_limit:
+            self._admit(batch, None)  # the usual case: one record
+            return
+        # Larger than one record may be: slices of at most storm.messaging.max.frame.bytes,
+        # every message checked first so that no slice leaves when a later one is bad.
+        check_messages(batch)
         start, size = 0, 0
         for i, message in enumerate(batch):
             size += len(message.payload) + 6
