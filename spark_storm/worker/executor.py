@@ -125,14 +125,19 @@ class Emitter:
     own gets a fresh emitter flushed at once (see the collectors).
     """
 
-    def __init__(self, host: ExecutorHost, component: str) -> None:
+    def __init__(self, host: ExecutorHost, component: str, stats: Mapping[int, TaskStats]) -> None:
         self._host = host
         self._component = component
+        self._stats = stats  # emitted tuples are counted here, per emitting task and flush
         self.owner: int | None = None
         self.rows: dict[_Key, list[list[Any]]] = {}
         self.anchors: dict[_Key, list[list[Anchor]]] = {}
         self.batches: list[tuple[int, str, int, pa.RecordBatch, list[Anchor]]] = []
         self.acks: dict[int, list[list[int]]] = {}
+
+    @property
+    def stats(self) -> Mapping[int, TaskStats]:
+        return self._stats
 
     def add_anchored(self, key: _Key, values: list[Any], anchors: list[Anchor]) -> None:
         rows = self.rows.setdefault(key, [])
@@ -155,8 +160,10 @@ class Emitter:
         weights: list[int] = []
         rows_out, self.rows = self.rows, {}
         anchors_out, self.anchors = self.anchors, {}
+        stats = self._stats
         for key, rows in rows_out.items():
             src, stream, dest = key
+            stats[src].emitted += len(rows)
             anchors = anchors_out.get(key)
             queue = host.queue_of(dest)
             if queue is not None:
@@ -214,6 +221,7 @@ class Emitter:
         host = self._host
         batches, self.batches = self.batches, []
         for src, stream, dest, data, anchors in batches:
+            self._stats[src].emitted += data.num_rows
             queue = host.queue_of(dest)
             if queue is not None:
                 batch = ColumnarBatch(data, host.source_of(src, stream))
@@ -379,7 +387,6 @@ class TaskCollector(_AckingCollector, OutputCollector):
         targets = route.choose(values)
         if targets:
             self._send(stream, values, targets, anchors)
-            self._stats.emitted += len(targets)
         return targets
 
     def _send(
@@ -387,8 +394,11 @@ class TaskCollector(_AckingCollector, OutputCollector):
     ) -> None:
         emitter = self._emitter
         if threading.get_ident() != emitter.owner:
-            emitter = Emitter(self._host, self._component.id)  # a bolt's own thread: no batching, send now
-        trees = _child_anchors(_parents(anchors), len(targets)) if anchors is not None else None
+            emitter = Emitter(self._host, self._component.id, emitter.stats)  # a bolt's own thread: send now
+        if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
+            trees = None  # untracked: the common case, no tree bookkeeping at all
+        else:
+            trees = _child_anchors(_parents(anchors), len(targets))
         task = self._task
         if trees is None:
             rows = emitter.rows
@@ -418,7 +428,6 @@ class TaskCollector(_AckingCollector, OutputCollector):
         for grouper in route.direct:
             if task in grouper.targets:
                 self._send(stream, list(values), [task], anchors)
-                self._stats.emitted += 1
                 return
         msg = (
             f"emit_direct to task {task} on {self._component.id!r} stream {stream!r}: no consumer "
@@ -493,11 +502,10 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         emitter = self._emitter
         own_thread = threading.get_ident() == emitter.owner
         if not own_thread:
-            emitter = Emitter(self._host, self._component.id)
+            emitter = Emitter(self._host, self._component.id, emitter.stats)
         trees = _child_anchors(_parents(anchors), len(pieces)) if anchors is not None else None
         for i, (dest, piece) in enumerate(pieces):
             emitter.batches.append((self._task, stream, dest, piece, trees[i] if trees else NO_ANCHORS))
-            self._stats.emitted += piece.num_rows
         if not own_thread:
             emitter.flush()
 
@@ -540,7 +548,7 @@ class Executor:
         self.bolts: dict[int, Any] = {t: bolt_cls() for t in spec.tasks}
         self.stats: dict[int, TaskStats] = {t: TaskStats() for t in spec.tasks}
         self.collectors: dict[int, Any] = {}
-        self.emitter = Emitter(host, spec.component)
+        self.emitter = Emitter(host, spec.component, self.stats)
         self.active = threading.Event()
         self._stop = threading.Event()
         self._done = 0  # tuples taken from the queue and fully processed

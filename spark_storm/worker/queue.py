@@ -72,10 +72,14 @@ class BatchQueue(Generic[T]):
         self._on_low = on_low
         self._over_high = False
         self._closed = False
+        self._waiting = False  # the consumer is parked in take(): publishers must notify
         self.consumer: int | None = None
         self.published = 0
         self.consumed = 0
         self.overflow = 0
+        self.overflow_waiters = 0
+        self.publishes = 0
+        self.wakeups = 0
         self._rate_mark = (time.monotonic(), 0)
         self.arrival_rate = 0.0
 
@@ -102,19 +106,26 @@ class BatchQueue(Generic[T]):
             if self._size and self._size + total > self.capacity and threading.get_ident() != self.consumer:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self.overflow += 1
-                while self._size and self._size + total > self.capacity:
-                    if self._closed:
-                        return False
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return False
-                    self._not_full.wait(0.5 if remaining is None else min(remaining, 0.5))
+                self.overflow_waiters += 1
+                try:
+                    while self._size and self._size + total > self.capacity:
+                        if self._closed:
+                            return False
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            return False
+                        self._not_full.wait(0.5 if remaining is None else min(remaining, 0.5))
+                finally:
+                    self.overflow_waiters -= 1
             if self._closed:
                 return False
             self._items.extend(zip(items, weights, strict=True))
             self._size += total
             self.published += total
-            self._not_empty.notify()
+            self.publishes += 1
+            if self._waiting:
+                self.wakeups += 1
+                self._not_empty.notify()
             if not self._over_high and self._size >= self._high:
                 self._over_high = crossed = True
         if crossed and self._on_high is not None:
@@ -131,7 +142,11 @@ class BatchQueue(Generic[T]):
             if not self._items or (gate is not None and not gate()):
                 if self._closed or timeout <= 0:
                     return []
-                self._not_empty.wait(timeout)
+                self._waiting = True
+                try:
+                    self._not_empty.wait(timeout)
+                finally:
+                    self._waiting = False
                 if not self._items or (gate is not None and not gate()):
                     return []
             items = self._items
@@ -143,7 +158,8 @@ class BatchQueue(Generic[T]):
                 taken += weight
             self._size -= taken
             self.consumed += taken
-            self._not_full.notify_all()
+            if self.overflow_waiters:
+                self._not_full.notify_all()
             cleared = self._over_high and self._size <= self._low
             if cleared:
                 self._over_high = False
@@ -176,6 +192,8 @@ class BatchQueue(Generic[T]):
             "overflow": self.overflow,
             "published": self.published,
             "consumed": self.consumed,
+            "publishes": self.publishes,
+            "wakeups": self.wakeups,
             "arrival_rate": round(self.arrival_rate, 1),
             "backpressure": self._over_high,
         }

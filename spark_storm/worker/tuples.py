@@ -57,7 +57,7 @@ class TupleSource:
     fields : tuple[str, ...]
     """
 
-    __slots__ = ("component", "fields", "index", "stream", "task")
+    __slots__ = ("component", "fields", "index", "is_tick", "stream", "task")
 
     def __init__(self, component: str, task: int, stream: str, fields: Sequence[str]) -> None:
         self.component = component
@@ -65,10 +65,7 @@ class TupleSource:
         self.stream = stream
         self.fields = tuple(fields)
         self.index = {f: i for i, f in enumerate(self.fields)}
-
-    @property
-    def is_tick(self) -> bool:
-        return self.stream == TICK_STREAM and self.component == SYSTEM_COMPONENT
+        self.is_tick = stream == TICK_STREAM and component == SYSTEM_COMPONENT
 
     def __repr__(self) -> str:
         return f"{self.component}:{self.task}/{self.stream}{list(self.fields)}"
