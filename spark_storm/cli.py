@@ -120,7 +120,7 @@ def _spark_demo(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
-    return run_demo(args.seconds, args.rows_per_second, args.workers)
+    return run_demo(args.seconds, args.rows_per_second, args.workers, arrow=args.arrow, verbose=args.verbose)
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -251,8 +251,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sdemo = sub.add_parser("demo", help="local Spark -> format('storm') -> 2-worker wordcount, live progress")
     sdemo.add_argument("--seconds", type=float, default=30.0, help="how long to stream (Ctrl-C stops early)")
-    sdemo.add_argument("--rows-per-second", type=int, default=2000)
+    sdemo.add_argument(
+        "--rows-per-second", type=int, default=None, help="sentences per second (default 2000; 40000 with --arrow)"
+    )
     sdemo.add_argument("--workers", type=int, default=2)
+    sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
+    sdemo.add_argument("--verbose", action="store_true", help="also Spark's progress bar and its INFO/WARN log")
     sdemo.set_defaults(func=_spark_demo)
     demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
     demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))

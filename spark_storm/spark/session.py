@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -40,14 +41,24 @@ def connector_jars(jars_dir: str | Path = "jars/spark", *, kafka: bool = True, d
     return jars
 
 
-def local_session(app: str, master: str = "local[2,4]", *, jars: Sequence[str] = (), **conf: str) -> SparkSession:
+def local_session(
+    app: str, master: str = "local[2,4]", *, jars: Sequence[str] = (), quiet: bool = False, **conf: str
+) -> SparkSession:
     """Build (or get) a small local session.
 
     ``local[2,4]`` runs 2 cores and lets a failed task be retried up to 4 times, as a
     cluster would (plain ``local[2]`` never retries).  Spark's Python workers run this
-    interpreter, so they see the same installed packages.
+    interpreter, so they see the same installed packages.  ``quiet``: no console
+    progress bar and only ERROR lines from Spark's log, from the JVM's start on (for
+    a program whose own output is the point, like the demo).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if quiet:
+        quiet_log = resources.files("spark_storm.spark").joinpath("log4j2-quiet.properties")
+        os.environ.setdefault(
+            "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile={quiet_log} pyspark-shell"
+        )
+        conf = {"spark.ui.showConsoleProgress": "false", **conf}
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -63,7 +74,7 @@ def local_session(app: str, master: str = "local[2,4]", *, jars: Sequence[str] =
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return spark
 
 
