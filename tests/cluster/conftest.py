@@ -105,9 +105,13 @@ class Daemon:
         deadline = time.monotonic() + timeout
         while text not in self.output():
             if self.proc.poll() is not None:
-                pytest.fail(f"{self.args[0]} exited with {self.proc.returncode} before {text!r}:\n{self.output()[-3000:]}")
+                pytest.fail(
+                    f"{self.args[0]} exited with {self.proc.returncode} before {text!r}:\n{self.output()[-3000:]}"
+                )
             if time.monotonic() > deadline:
-                pytest.fail(f"gave up after {timeout}s waiting for {text!r} from {self.args[0]}:\n{self.output()[-3000:]}")
+                pytest.fail(
+                    f"gave up after {timeout}s waiting for {text!r} from {self.args[0]}:\n{self.output()[-3000:]}"
+                )
             time.sleep(0.05)
 
     def signal(self, signum: int) -> None:

@@ -119,7 +119,8 @@ def test_a_callback_that_raises_does_not_stop_the_watch(state: ClusterState) -> 
 
     def bad(a: Assignment | None) -> None:
         calls.append(a.version if a else 0)
-        raise RuntimeError("bolt bug")
+        msg = "bolt bug"
+        raise RuntimeError(msg)
 
     state.watch_assignment("wordcount", bad)
     state.write_assignment(_assignment(1))
@@ -174,7 +175,7 @@ def test_zookeeper_down_fails_fast_and_a_restart_is_survived(zookeeper_jars: Pat
             server.stop()
             wait_until(lambda: not st.connected, what="disconnected")
             started = time.monotonic()
-            with pytest.raises(ZooKeeperUnavailableError, match="did not answer .*spark-storm zookeeper status"):
+            with pytest.raises(ZooKeeperUnavailableError, match=r"did not answer .*spark-storm zookeeper status"):
                 st.read_topology("wordcount")
             assert time.monotonic() - started < 5  # bounded by storm.zookeeper.retry.*, not hung
             assert not st.write_heartbeat("wordcount", Slot("127.0.0.1", 6700), {"time": 1.0})

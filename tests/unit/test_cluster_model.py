@@ -15,7 +15,12 @@ def _topology(name: str = "t") -> TopologyBuilder:
     return (
         TopologyBuilder(name)
         .source("in", ["word"], parallelism=3, tasks=5)
-        .bolt("count", "spark_storm.examples.wordcount:CountBolt", [Input("in", "fields", fields=("word",))], parallelism=2)
+        .bolt(
+            "count",
+            "spark_storm.examples.wordcount:CountBolt",
+            [Input("in", "fields", fields=("word",))],
+            parallelism=2,
+        )
     )
 
 
