@@ -93,7 +93,7 @@ def test_watches_see_newer_versions_status_changes_and_removal(state: ClusterSta
     statuses: list[str | None] = []
     names: list[list[str]] = []
     state.submit_topology(TopologyRecord("wordcount", SOURCE))
-    assignment_watch = state.watch_assignment("wordcount", lambda a: seen.append(a and a.version))
+    assignment_watch = state.watch_assignment("wordcount", lambda a: seen.append(a.version if a else None))
     state.watch_status("wordcount", statuses.append)
     state.watch_topologies(names.append)
     wait_until(lambda: seen == [None] and statuses == ["active"] and names == [["wordcount"]], what="initial calls")
