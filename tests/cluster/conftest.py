@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,11 @@ class Daemons:
         self.tmp = tmp
         self.zk = zk
         self.started: list[Daemon] = []
+        self.worker_pids: set[int] = set()
+
+    def track(self, pids: Iterable[int]) -> None:
+        """Remember worker pids: any still alive when the test ends is killed (a failed test leaves none)."""
+        self.worker_pids.update(pids)
 
     def nimbus(self, **conf: Any) -> Daemon:
         log = self.tmp / f"nimbus-{len(self.started)}.log"
@@ -160,6 +166,9 @@ class Daemons:
             except subprocess.TimeoutExpired:
                 daemon.proc.kill()
                 daemon.proc.wait(10)
+        for pid in self.worker_pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
