@@ -83,6 +83,7 @@ class Nimbus:
         self._hb_seen: dict[tuple[str, Slot], tuple[int, float]] = {}
         self._slot_since: dict[tuple[str, Slot], float] = {}
         self._said: dict[str, str] = {}
+        self._next_due = float(self.monitor_every)
         self.counters = {"assignments": 0, "reassignments": 0, "removed": 0, "terms": 0}
 
     # -- lifecycle ------------------------------------------------------------------
@@ -143,22 +144,24 @@ class Nimbus:
         self._said.clear()
         self._leading.set()
         logger.info("nimbus %s is the leader (ZooKeeper %s)", self.identifier, self.state.address)
-        watches: list[Watch] = []
+        watches: dict[str, Watch] = {}
         try:
             wake = self._wake.set
-            watches.append(self.state.watch_supervisors(lambda _ids: wake()))
-            watches.append(self.state.watch_topologies(lambda _names: wake()))
-            watches.append(self.state.watch_assignments(lambda _names: wake()))
+            watches["/supervisors"] = self.state.watch_supervisors(lambda _ids: wake())
+            watches["/topologies"] = self.state.watch_topologies(lambda _names: wake())
+            watches["/assignments"] = self.state.watch_assignments(lambda _names: wake())
             while not self._stop.is_set() and not self._session_lost.is_set():
                 self._wake.clear()
+                wait = float(self.monitor_every)
                 if self.state.connected:
                     try:
-                        self.reconcile()
+                        wait = min(wait, self.reconcile())
+                        self._watch_each_topology(watches)
                     except (ZooKeeperUnavailableError, ClusterError) as exc:
                         logger.warning("nimbus %s: assignment round failed: %s", self.identifier, exc)
-                self._wake.wait(self.monitor_every)
+                self._wake.wait(max(0.05, wait))
         finally:
-            for watch in watches:
+            for watch in watches.values():
                 watch.cancel()
             self._leading.clear()
             if self._session_lost.is_set() and not self._stop.is_set():
@@ -166,10 +169,23 @@ class Nimbus:
                     "nimbus %s: ZooKeeper session lost; no longer the leader, contending again", self.identifier
                 )
 
+    def _watch_each_topology(self, watches: dict[str, Watch]) -> None:
+        """Keep a data watch per topology: a status change (kill) or a rebalance wakes the leader at once."""
+        names = set(self.state.topology_names())
+        for name in names - set(watches):
+            watches[name] = self.state.watch_topology(name, lambda _record: self._wake.set())
+        for name in [n for n in watches if not n.startswith("/") and n not in names]:
+            watches.pop(name).cancel()
+
     # -- assignment -----------------------------------------------------------------
-    def reconcile(self) -> None:
-        """Run one assignment round over every topology (the leader calls it; safe to call again)."""
+    def reconcile(self) -> float:
+        """Run one assignment round over every topology (the leader calls it; safe to call again).
+
+        Returns the seconds until the next thing due (a killed topology's removal), at most
+        ``nimbus.monitor.freq.secs``.
+        """
         now = time.monotonic()
+        self._next_due = float(self.monitor_every)
         live: dict[Slot, str] = {}
         for sid, info in sorted(self.state.supervisors().items()):
             for slot in info.slots:
@@ -194,6 +210,7 @@ class Nimbus:
         used: dict[Slot, str] = {s: name for name, a in assignments.items() for s in a.slots}
         for name in sorted(records):
             self._reconcile_topology(records[name], assignments.get(name), live, used, now)
+        return self._next_due
 
     def _reconcile_topology(
         self,
@@ -205,7 +222,10 @@ class Nimbus:
     ) -> None:
         name = record.name
         if record.status == KILLED:
-            if record.kill_at is None or time.time() >= record.kill_at:
+            left = 0.0 if record.kill_at is None else record.kill_at - time.time()
+            if left > 0:
+                self._next_due = min(self._next_due, left)
+            else:
                 self.state.remove_topology(name)
                 for slot in current.slots if current else ():
                     used.pop(slot, None)

@@ -915,6 +915,25 @@ class ClusterState:
         DataWatch(self.client, path, on_data)
         return handle
 
+    def watch_topology(self, name: str, callback: Callable[[TopologyRecord | None], None]) -> Watch:
+        """Call ``callback`` with the topology record now and on every change (status, workers); None once removed."""
+        path = self._path(TOPOLOGIES, name)
+        handle = _Cancellable()
+
+        def on_data(data: bytes | None, stat: Any) -> bool | None:
+            if handle.cancelled:
+                return False
+            try:
+                record = None if data is None else TopologyRecord.from_json(data, path)
+            except (ClusterError, KeyError, TypeError, ValueError) as exc:
+                logger.error("ignoring topology znode %s: %r", path, exc)
+                return None
+            _safe(callback, record, what=f"topology watch of {name}")
+            return None
+
+        DataWatch(self.client, path, on_data)
+        return handle
+
     def _watch_children(self, path: str, callback: Callable[[list[str]], None]) -> Watch:
         handle = _Cancellable()
 

@@ -222,3 +222,21 @@ def test_a_nimbus_that_loses_its_session_stops_leading_and_contends_again(zk: st
         wait_until(lambda: n.counters["terms"] == 2 and n.is_leader, what="a second term", timeout=30)
     finally:
         n.stop()
+
+
+def test_rebalance_and_a_timed_kill_act_without_waiting_for_the_monitor_tick(
+    zk: str, state: ClusterState, two_supervisors: dict[str, ClusterState], tmp_path: Path
+) -> None:
+    n = Nimbus(zk, {**FAST, "nimbus.monitor.freq.secs": 600}).start()
+    try:
+        assert n.wait_leader(20)
+        admin.submit(state, wordcount(tmp_path), workers=1)
+        _wait_version(state, "wordcount", 1, timeout=5)
+        admin.rebalance(state, "wordcount", 2)  # a data change of /topologies/wordcount
+        assert len(_wait_version(state, "wordcount", 2, timeout=5).slots) == 2
+        admin.kill(state, "wordcount", wait_secs=1.0)
+        killed = time.monotonic()
+        wait_until(lambda: state.topology_names() == [], what="removal when the wait is over", timeout=5)
+        assert time.monotonic() - killed >= 0.9
+    finally:
+        n.stop()
