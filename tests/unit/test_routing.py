@@ -123,3 +123,14 @@ def test_split_by_task_keeps_row_order_and_does_not_copy_a_single_destination() 
     assert task == 3
     assert same is batch
     assert Counter(t for t, _ in split_by_task(batch, None, [1, 2])) == Counter({1: 1, 2: 1})
+
+
+def test_shuffle_split_cuts_zero_copy_slices_and_rotates_the_first_target() -> None:
+    router = Router([1, 2, 3], "shuffle", start=2)
+    batch = pa.record_batch({"x": list(range(7))})
+    first = router.split(batch)
+    assert [(t, p.column(0).to_pylist()) for t, p in first] == [(3, [0, 1]), (1, [2, 3]), (2, [4, 5, 6])]
+    assert first[1][1].column(0).buffers()[1].address == batch.column(0).buffers()[1].address  # a view
+    assert [t for t, _ in router.split(pa.record_batch({"x": [9]}))] == [1]
+    assert [t for t, _ in router.split(pa.record_batch({"x": [9]}))] == [2]
+    assert Router([4, 5], "none").grouping == "shuffle"
