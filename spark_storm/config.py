@@ -88,6 +88,9 @@ _OWNED_PREFIXES: Final = (
     "topology.worker.",
     "topology.serializer",
     "worker.",
+    "storm.zookeeper.",
+    "nimbus.",
+    "supervisor.",
 )
 
 

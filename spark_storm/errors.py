@@ -13,6 +13,11 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+    +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors
+        +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
+        +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
+        +-- TopologyExistsError         a topology of that name is already submitted
+        +-- UnknownTopologyError        no topology of that name is submitted
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -22,16 +27,21 @@ from __future__ import annotations
 
 __all__ = [
     "AuthenticationError",
+    "ClusterError",
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "NoNimbusError",
     "SendTimeoutError",
     "StormError",
+    "TopologyExistsError",
     "TransportError",
     "TransportInitError",
+    "UnknownTopologyError",
     "UnknownTransportError",
     "UnsupportedOperationError",
     "WireFormatError",
+    "ZooKeeperUnavailableError",
 ]
 
 
@@ -81,3 +91,23 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class ClusterError(StormError):
+    """Base of cluster-mode errors (ZooKeeper state, nimbus, supervisors)."""
+
+
+class ZooKeeperUnavailableError(ClusterError):
+    """ZooKeeper did not answer within the retry budget (``storm.zookeeper.retry.*``)."""
+
+
+class NoNimbusError(ClusterError):
+    """No nimbus leader is running for this ZooKeeper (and root)."""
+
+
+class TopologyExistsError(ClusterError):
+    """A topology of that name is already submitted; kill it first or rename."""
+
+
+class UnknownTopologyError(ClusterError):
+    """No topology of that name is submitted."""

@@ -14,7 +14,7 @@ import spark_storm.messaging
 import spark_storm.messaging.wire
 
 PKG = Path(__file__).resolve().parents[2] / "spark_storm"
-ORDER = ["messaging", "topology", "transport", "worker", "spark"]
+ORDER = ["messaging", "topology", "transport", "cluster", "worker", "spark"]
 
 
 def _imports(path: Path) -> set[str]:
