@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -42,7 +42,12 @@ def connector_jars(jars_dir: str | Path = "jars/spark", *, kafka: bool = True, d
 
 
 def local_session(
-    app: str, master: str = "local[2,4]", *, jars: Sequence[str] = (), quiet: bool = False, **conf: str
+    app: str,
+    master: str = "local[2,4]",
+    *,
+    jars: Sequence[str] = (),
+    quiet: bool = False,
+    conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Build (or get) a small local session.
 
@@ -58,7 +63,7 @@ def local_session(
         os.environ.setdefault(
             "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile={quiet_log} pyspark-shell"
         )
-        conf = {"spark.ui.showConsoleProgress": "false", **conf}
+        conf = {"spark.ui.showConsoleProgress": "false", **(conf or {})}
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -71,7 +76,7 @@ def local_session(
         if any("delta-spark" in Path(j).name for j in jars):
             for key, value in DELTA_CONF.items():
                 builder = builder.config(key, value)
-    for key, value in conf.items():
+    for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
