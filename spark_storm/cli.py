@@ -279,7 +279,10 @@ def _admin(args: argparse.Namespace) -> int:
         elif args.command == "kill":
             record = admin.kill(state, args.name, args.wait)
             left = max(0.0, (record.kill_at or 0) - time.time())
-            print(f"topology {record.name} killed: deactivated now, removed and its workers stopped in {left:.0f}s")
+            print(
+                f"topology {record.name} killed: its workers stop now (ordered shutdown); "
+                f"removed from ZooKeeper in {left:.0f}s"
+            )
         else:
             leader = state.nimbus_leader()
             print(f"nimbus leader: {leader or 'none (start `spark-storm nimbus`)'}")
@@ -328,17 +331,46 @@ def _overrides(pairs: list[str] | None) -> dict[str, Any]:
 
 def _worker(args: argparse.Namespace) -> int:
     conf = load_config(args.conf, _overrides(args.set))
+    if args.zookeeper is not None or args.topology_id is not None:
+        if args.topology or args.workers:
+            msg = (
+                "worker: --zookeeper/--topology-id (cluster mode: plan from ZooKeeper) and --topology/--workers "
+                "(static mode) exclude each other; give one form"
+            )
+            raise ConfigError(msg)
+        if not args.topology_id:
+            msg = "worker: cluster mode needs --topology-id NAME (the submitted topology; `spark-storm list` shows it)"
+            raise ConfigError(msg)
+        return run_cluster_worker(args.zookeeper, args.topology_id, args.host, args.port, conf)
+    if not args.topology:
+        msg = "worker: give --topology FILE (static mode) or --zookeeper ZK --topology-id NAME (cluster mode)"
+        raise ConfigError(msg)
     return run_worker(args.topology, args.host, args.port, args.workers, conf)
 
 
 def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
-    """Run one worker until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
+    """Run one worker on a static slot list until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
     from spark_storm.topology import Slot, load_topology, plan
     from spark_storm.worker import Worker
 
     topo = load_topology(topology_path)
     p = plan(topo, workers) if workers else plan(topo)
     worker = Worker(p, Slot(host, port), conf)
+    worker.tune_gc()
+    return _serve(worker, lambda: worker, conf)
+
+
+def run_cluster_worker(zookeeper: str | None, topology_id: str, host: str, port: int, conf: Config) -> int:
+    """Run one worker whose plan and status come from ZooKeeper (what a supervisor launches)."""
+    from spark_storm.topology import Slot
+    from spark_storm.worker.cluster_mode import ClusterWorker
+
+    runner = ClusterWorker(zookeeper, topology_id, Slot(host, port), conf, tune_gc=True)
+    return _serve(runner, lambda: runner.worker, conf)
+
+
+def _serve(runner: Any, worker_of: Any, conf: Config) -> int:
+    """Start ``runner`` (a Worker or a ClusterWorker), wait for its stop, run the ordered shutdown."""
     signals = {"count": 0}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -346,31 +378,33 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
         if signals["count"] >= 2:
             logger.error("second signal: exiting now without draining")
             os._exit(3)
-        worker.request_stop(f"signal {signal.Signals(signum).name}", failure=False)
+        runner.request_stop(f"signal {signal.Signals(signum).name}", failure=False)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    worker.tune_gc()
     try:
-        worker.start()
+        runner.start()
     except StormError:
-        worker.stop(0)  # what started (server, threads) goes down before the error is reported
+        runner.stop(0)  # what started (server, threads, a ZooKeeper session) goes down before the error is reported
         raise
-    print(
-        f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
-        f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
-        flush=True,
-    )
-    while not worker.stopping.wait(0.5):
+    worker = worker_of()
+    if worker is not None:
+        print(
+            f"worker {worker.slot} of {worker.topology_id} listening; tasks {sorted(worker.local_tasks)}; "
+            f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
+            flush=True,
+        )
+    while not runner.stopping.wait(0.5):
         pass
     timeout = conf.get_int("topology.worker.shutdown.timeout.ms", minimum=0) / 1000
     watchdog = threading.Timer(timeout + 5, lambda: os._exit(4))
     watchdog.daemon = True
     watchdog.start()
-    clean = worker.stop(timeout)
+    clean = runner.stop(timeout)
     watchdog.cancel()
-    print(f"worker {worker.slot} stopped ({'clean' if clean else 'deadline passed'})", flush=True)
-    return 0 if clean and not worker.failed else 1
+    name = worker.slot if worker is not None else "(not started)"
+    print(f"worker {name} stopped ({'clean' if clean else 'deadline passed'})", flush=True)
+    return 0 if clean and not runner.failed else 1
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -428,11 +462,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch", type=int, default=1000, help="messages per send()")
     demo.add_argument("--conf", help="a storm.yaml with overrides")
     demo.set_defaults(func=_demo)
-    worker = sub.add_parser("worker", help="run one worker process of a topology")
-    worker.add_argument("--topology", required=True, help="topology YAML")
+    worker = sub.add_parser(
+        "worker",
+        help="run one worker process of a topology",
+        description="Static mode: --topology FILE [--workers SLOTS]. Cluster mode (what a supervisor launches): "
+        "--zookeeper ZK --topology-id NAME; the plan and status come from ZooKeeper and are followed.",
+    )
+    worker.add_argument("--topology", help="topology YAML (static mode)")
     worker.add_argument("--port", type=int, required=True)
-    worker.add_argument("--host", default="127.0.0.1", help="this worker's host in the slot list")
-    worker.add_argument("--workers", help="all slots host:port,... (default: the topology's 'workers')")
+    worker.add_argument("--host", default="127.0.0.1", help="this worker's host as the slot list / assignment names it")
+    worker.add_argument("--workers", help="static mode: all slots host:port,... (default: the topology's 'workers')")
+    worker.add_argument("--zookeeper", help="cluster mode: HOST:PORT[,HOST:PORT][/chroot] of the cluster's state")
+    worker.add_argument("--topology-id", help="cluster mode: the submitted topology's name")
     worker.add_argument("--conf", help="a storm.yaml with overrides")
     worker.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
     worker.set_defaults(func=_worker)

@@ -145,9 +145,10 @@ def rebalance(state: ClusterState, name: str, workers: int) -> TopologyRecord:
 
 
 def kill(state: ClusterState, name: str, wait_secs: float | None = None) -> TopologyRecord:
-    """Kill ``name``: status killed now, removed (workers stopped) after ``wait_secs``.
+    """Kill ``name``: status killed now (its workers run their ordered shutdown), removed after ``wait_secs``.
 
-    The default wait is ``topology.message.timeout.secs`` (as Storm's ``kill -w``).
+    Until then the name stays taken and ``list`` shows it killed.  The default wait is
+    ``topology.message.timeout.secs`` (as Storm's ``kill -w``).
     """
     wait = float(state.conf.get_int("topology.message.timeout.secs", minimum=0) if wait_secs is None else wait_secs)
     if wait < 0:

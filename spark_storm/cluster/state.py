@@ -117,6 +117,11 @@ class ZooKeeperAddress:
     def __str__(self) -> str:
         return self.hosts + self.root
 
+    @property
+    def spec(self) -> str:
+        """``HOST:PORT[,...]/root`` that :meth:`parse` reads back to this address (``/`` for the top)."""
+        return self.hosts + (self.root or "/")
+
     @classmethod
     def parse(cls, spec: str | None, conf: Mapping[str, Any] | None = None) -> ZooKeeperAddress:
         """Parse ``HOST:PORT[,HOST:PORT][/chroot]``; None (or parts left out) come from ``conf``.
@@ -456,6 +461,7 @@ class ClusterState:
         self._restore_needed = False
         self._closed = False
         self.session_losses = 0
+        self._heartbeat_failing = False
         self.identity = f"{socket.gethostname()}:{os.getpid()}"
         self.client.add_listener(self._on_state)
 
@@ -844,6 +850,54 @@ class ClusterState:
                 "heartbeat of %s/%s not written (%s); ZooKeeper %s", topology, slot, type(exc).__name__, self.address
             )
             return False
+
+    def send_heartbeat(self, topology: str, slot: Slot, record: Mapping[str, Any]) -> bool:
+        """Start writing a worker's heartbeat and return at once (a timer duty must not block).
+
+        Returns False when the session is not connected (nothing is queued: the next beat
+        writes a fresher record).  A failed write is logged once per outage, not per beat.
+        """
+        path = self._path(HEARTBEATS, topology, str(slot))
+        data = _dumps(record)
+        if not self.client.connected:
+            self._heartbeat_trouble(topology, slot, "not connected")
+            return False
+
+        def created(result: Any) -> None:
+            try:
+                result.get_nowait()
+                self._heartbeat_failing = False
+            except NodeExistsError:
+                self.client.set_async(path, data).rawlink(written)
+            except Exception as exc:
+                self._heartbeat_trouble(topology, slot, type(exc).__name__)
+
+        def written(result: Any) -> None:
+            try:
+                result.get_nowait()
+                self._heartbeat_failing = False
+            except NoNodeError:
+                self.client.create_async(path, data, makepath=True).rawlink(created)
+            except Exception as exc:
+                self._heartbeat_trouble(topology, slot, type(exc).__name__)
+
+        try:
+            self.client.set_async(path, data).rawlink(written)
+        except (KazooException, KazooTimeoutError) as exc:
+            self._heartbeat_trouble(topology, slot, type(exc).__name__)
+            return False
+        return True
+
+    def _heartbeat_trouble(self, topology: str, slot: Slot, reason: str) -> None:
+        if not self._heartbeat_failing:
+            self._heartbeat_failing = True
+            logger.warning(
+                "heartbeats of %s/%s not reaching ZooKeeper %s (%s); the worker runs on and retries every beat",
+                topology,
+                slot,
+                self.address,
+                reason,
+            )
 
     def read_heartbeats(self, topology: str) -> dict[Slot, Heartbeat]:
         """Every worker heartbeat of ``topology``, by slot."""

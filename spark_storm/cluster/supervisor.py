@@ -8,7 +8,7 @@ an assignment changes and every ``supervisor.monitor.frequency.secs``:
 * an assigned slot without a process gets one (a process that exited is started again,
   with its exit code and log tail logged);
 * a process whose slot is no longer assigned (rebalanced away, topology killed) or whose
-  launch command changed is stopped: SIGTERM to its process group (the ordered shutdown),
+  topology was submitted anew is stopped: SIGTERM to its process group (the ordered shutdown),
   SIGKILL to the group after ``supervisor.worker.shutdown.sleep.secs``;
 * when the supervisor stops (``stop()``, SIGTERM, SIGINT) it stops every worker the same
   way before it exits; if it is SIGKILLed, Linux sends each worker SIGTERM
@@ -16,14 +16,13 @@ an assignment changes and every ``supervisor.monitor.frequency.secs``:
 
 Every process is started and stopped by one thread, the supervisor thread.
 
-Workers today (phase one) are launched in the static form, ``spark-storm worker --topology
-FILE --workers <the assignment's slots> ...``: they compute the same ``plan()`` nimbus wrote,
-and the supervisor restarts them when their topology's slots change; it also copies each
-worker's heartbeat file into ZooKeeper for nimbus (the worker's own timestamps, only when
-they change).  When workers read their assignment from ZooKeeper themselves
-(``spark-storm worker --zookeeper ZK --topology-id NAME --port P --host H``), the launch
-command, the restart rule and the heartbeat copy are the three places that change
-(:meth:`Supervisor.worker_command`, :meth:`LaunchSpec.key`, :meth:`Supervisor._relay_heartbeats`).
+Workers run in cluster form, ``spark-storm worker --zookeeper ZK --topology-id NAME --port P
+--host H`` (:mod:`spark_storm.worker.cluster_mode`): each reads its plan and the topology's
+status from ZooKeeper, follows new assignment versions itself (a rebalance that keeps its
+slot does not restart it), pauses and resumes on deactivate/activate, stops on kill, and
+writes its own heartbeats for nimbus.  So the supervisor restarts a worker only when it
+died or its topology was submitted anew (another source under the same name), and stops
+the workers of a killed topology at once (the workers do the same on their own).
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_storm.cluster.state import (
+    KILLED,
     ClusterState,
     SupervisorInfo,
     TopologyRecord,
@@ -61,20 +61,19 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What one worker process runs: a topology's slot on this host under an assignment."""
+    """What one worker process runs: a topology's slot on this host (under assignment ``version``)."""
 
     topology: str
     port: int
-    slots: tuple[Slot, ...]
     digest: str
     version: int
 
     def key(self) -> tuple[Any, ...]:
         """Two specs with the same key run the same process (a change of key restarts the worker).
 
-        Static-form workers cannot adopt a new assignment, so the slot list is part of the key.
+        A worker follows new assignment versions itself, so only the topology's identity counts.
         """
-        return (self.topology, self.port, self.slots, self.digest)
+        return (self.topology, self.port, self.digest)
 
 
 @dataclass
@@ -83,7 +82,6 @@ class _Worker:
     proc: subprocess.Popen[bytes]
     log: Path
     started: float = field(default_factory=time.monotonic)
-    relayed: Any = None
 
 
 class Supervisor:
@@ -107,7 +105,7 @@ class Supervisor:
     supervisor_id : str, optional
         The znode name; default ``<host>-<random>``.
     local_dir : str, optional
-        Topology files, worker logs, heartbeat files; default ``storm.local.dir`` or a temp dir.
+        Worker logs and heartbeat files; default ``storm.local.dir`` or a temp dir.
     """
 
     def __init__(
@@ -161,7 +159,7 @@ class Supervisor:
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> Supervisor:
         """Connect, register the slots, and start the supervisor thread."""
-        for sub in ("topologies", "logs", "heartbeats"):
+        for sub in ("logs", "heartbeats"):
             (self.local_dir / sub).mkdir(parents=True, exist_ok=True)
         self.state.add_state_listener(lambda _change: self._wake.set())
         self.state.start()
@@ -217,7 +215,7 @@ class Supervisor:
 
     # -- the comparison -------------------------------------------------------------
     def wanted(self) -> dict[int, LaunchSpec]:
-        """Read the assignments: which of this supervisor's ports run what."""
+        """Read the assignments: which of this supervisor's ports run what (killed topologies run nothing)."""
         mine = set(self.slots)
         out: dict[int, LaunchSpec] = {}
         records: dict[str, TopologyRecord | None] = {}
@@ -225,6 +223,8 @@ class Supervisor:
         for name in names:
             if name not in self._watches:
                 self._watches[name] = self.state.watch_assignment(name, lambda _a: self._wake.set())
+            if f"status:{name}" not in self._watches:
+                self._watches[f"status:{name}"] = self.state.watch_status(name, lambda _s: self._wake.set())
             assignment = self.state.read_assignment(name)
             if assignment is None:
                 continue
@@ -234,12 +234,11 @@ class Supervisor:
                 if name not in records:
                     records[name] = self.state.find_topology(name)
                 record = records[name]
-                if record is None:
+                if record is None or record.status == KILLED:
                     continue
-                out[slot.port] = LaunchSpec(name, slot.port, assignment.slots, record.digest, assignment.version)
-                self._write_topology(record)
-        for name in [n for n in self._watches if n != "/" and n not in names]:
-            self._watches.pop(name).cancel()
+                out[slot.port] = LaunchSpec(name, slot.port, record.digest, assignment.version)
+        for key in [k for k in self._watches if k != "/" and k.removeprefix("status:") not in names]:
+            self._watches.pop(key).cancel()
         return out
 
     def sync(self) -> None:
@@ -268,12 +267,10 @@ class Supervisor:
                 worker = None
             if worker is None and not self._stop.is_set():
                 self._launch(spec)
-        self._relay_heartbeats()
 
     # -- processes ------------------------------------------------------------------
     def worker_command(self, spec: LaunchSpec) -> list[str]:
-        """Return the command line of the worker for ``spec`` (static form until workers read ZooKeeper)."""
-        topology_file = self.local_dir / "topologies" / f"{spec.topology}-{spec.digest}.yaml"
+        """Return the command line of the worker for ``spec``: the cluster form, plan and status from ZooKeeper."""
         command = [
             sys.executable,
             "-m",
@@ -281,14 +278,14 @@ class Supervisor:
             "--log-level",
             "INFO",
             "worker",
-            "--topology",
-            str(topology_file),
+            "--zookeeper",
+            self.state.address.spec,
+            "--topology-id",
+            spec.topology,
             "--host",
             self.host,
             "--port",
             str(spec.port),
-            "--workers",
-            ",".join(map(str, spec.slots)),
         ]
         if self.conf_path:
             command += ["--conf", self.conf_path]
@@ -296,13 +293,6 @@ class Supervisor:
         for key, value in overrides.items():
             command += ["--set", f"{key}={json.dumps(value)}"]
         return command
-
-    def _write_topology(self, record: TopologyRecord) -> None:
-        path = self.local_dir / "topologies" / f"{record.name}-{record.digest}.yaml"
-        if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(record.source, encoding="utf-8")
-            tmp.replace(path)
 
     def _launch(self, spec: LaunchSpec) -> None:
         log = self.local_dir / "logs" / f"{spec.topology}-{spec.port}.log"
@@ -356,21 +346,6 @@ class Supervisor:
                 worker.spec.topology,
                 code,
             )
-
-    def _relay_heartbeats(self) -> None:
-        """Copy static-form workers' heartbeat files into ZooKeeper (their own record, when it changed)."""
-        for port, worker in list(self.workers.items()):
-            path = self.local_dir / "heartbeats" / f"{worker.spec.topology}-{port}.json"
-            try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if not isinstance(record, dict) or record.get("pid") != worker.proc.pid:
-                continue
-            if record.get("time") == worker.relayed:
-                continue
-            if self.state.write_heartbeat(worker.spec.topology, Slot(self.host, port), record):
-                worker.relayed = record.get("time")
 
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:

@@ -387,19 +387,21 @@ class Worker:
 
     # ------------------------------------------------------------------ timer duties
     def _beat(self, status: str | None = None) -> None:
-        self._heartbeat.write(
-            {
-                "topology": self.topology_id,
-                "worker": str(self.slot),
-                "pid": os.getpid(),
-                "status": status or ("running" if self.active else "inactive"),
-                "time": time.time(),
-                "uptime_s": round(time.time() - self.started_at, 3),
-                "executors": [str(e) for e in self.executors],
-                "received": self.counters["received"],
-                "metrics_port": self.metrics_port,
-            }
-        )
+        self._heartbeat.write(self.heartbeat_record(status))
+
+    def heartbeat_record(self, status: str | None = None) -> dict[str, Any]:
+        """Return the heartbeat record (the local file; cluster mode also writes it to ZooKeeper)."""
+        return {
+            "topology": self.topology_id,
+            "worker": str(self.slot),
+            "pid": os.getpid(),
+            "status": status or ("running" if self.active else "inactive"),
+            "time": time.time(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "executors": [str(e) for e in self.executors],
+            "received": self.counters["received"],
+            "metrics_port": self.metrics_port,
+        }
 
     def _send_load(self) -> None:
         server = self.state.server
