@@ -288,17 +288,18 @@ class ClusterWorker:
             return
         if latest.version <= current.version:
             return
-        self.assignment = latest
         if self.slot not in latest.slots:
             worker.request_stop(
                 f"assignment v{latest.version} of {self.topology_id} no longer includes {self.slot}", failure=False
             )
             return
         if latest.same_placement(current):
+            self.assignment = latest
             return
         assert self.topology is not None
         started = time.monotonic()
         worker.refresh(latest.plan(self.topology))
+        self.assignment = latest  # the version is reported (heartbeats) once it runs
         self.counters["refreshes"] += 1
         logger.info(
             "worker %s followed assignment v%d of %s in %.2fs",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from spark_storm.cluster.state import ClusterState
+from spark_storm.topology import Slot
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,3 +186,40 @@ def wait_gone(pids: list[int], what: str, timeout: float = 30.0) -> None:
 
 def worker_pids(state: ClusterState, topology: str) -> dict[str, int]:
     return {str(slot): int(hb.record["pid"]) for slot, hb in state.read_heartbeats(topology).items()}
+
+
+def running_workers(daemons: Daemons, state: ClusterState, topology: str, slots: int) -> dict[str, int]:
+    """Wait until ``slots`` workers of ``topology`` heartbeat "running" into ZooKeeper; their pids."""
+
+    def ready() -> bool:
+        hbs = state.read_heartbeats(topology)
+        a = state.read_assignment(topology)
+        return (
+            a is not None
+            and len(hbs) == slots
+            and set(hbs) == set(a.slots)
+            and all(hb.record.get("status") == "running" and alive(int(hb.record["pid"])) for hb in hbs.values())
+        )
+
+    wait_until(ready, what=f"{slots} running workers of {topology}", timeout=90)
+    pids = worker_pids(state, topology)
+    daemons.track(pids.values())
+    return pids
+
+
+def submit(zk: str, path: Path, workers: int) -> None:
+    out = cli("submit", str(path), "--workers", str(workers), "--zookeeper", zk, *sets(FAST))
+    assert out.returncode == 0, out.stderr
+
+
+def health(state: ClusterState, topology: str, slot: Slot) -> dict[str, Any]:
+    port = state.read_heartbeats(topology)[slot].record["metrics_port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+        data: dict[str, Any] = json.loads(r.read())
+        return data
+
+
+def ports(n: int) -> list[int]:
+    from spark_storm.netutil import free_ports
+
+    return free_ports(n)
