@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +66,12 @@ def _executed(worker: ClusterWorker, component: str) -> int:
 
 
 @pytest.fixture
-def submitted(state: ClusterState, tmp_path: Path) -> Iterator[tuple[ClusterState, Any]]:
+def submitted(state: ClusterState, tmp_path: Path) -> tuple[ClusterState, Any]:
     """The topology in ZooKeeper (no nimbus: the tests write the assignments themselves)."""
     (tmp_path / "records").mkdir()
     source = _topology_dict(tmp_path / "records")
     state.submit_topology(TopologyRecord(NAME, yaml.safe_dump(source), ACTIVE, 1))
-    yield state, topology_from_dict(source)
+    return state, topology_from_dict(source)
 
 
 def _conf(tmp_path: Path) -> Any:
@@ -108,7 +107,8 @@ def test_a_cluster_worker_follows_assignments_status_and_survives_a_lost_session
             what="A's ZooKeeper heartbeat saying running",
         )
         hb = state.read_heartbeats(NAME)[a]
-        assert hb.record["assignment_version"] == 1 and hb.record["pid"] == os.getpid()
+        assert hb.record["assignment_version"] == 1
+        assert hb.record["pid"] == os.getpid()
         conn = ctx.connect(NAME, a.host, a.port)
 
         def send(n: int, start: int) -> None:
@@ -210,9 +210,7 @@ def test_supervised_workers_pause_resume_rebalance_in_place_and_stop_on_kill(
     assert v1 is not None
     # deactivate / activate reach the running workers (no restart)
     assert cli("deactivate", "wordcount", "--zookeeper", zk, *sets(FAST)).returncode == 0
-    wait_until(
-        lambda: all(not health(state, "wordcount", s)["active"] for s in v1.slots), what="both workers paused"
-    )
+    wait_until(lambda: all(not health(state, "wordcount", s)["active"] for s in v1.slots), what="both workers paused")
     assert cli("activate", "wordcount", "--zookeeper", zk, *sets(FAST)).returncode == 0
     wait_until(lambda: all(health(state, "wordcount", s)["active"] for s in v1.slots), what="both workers active")
     # rebalance to 3: the two running workers follow v2 in place, a third starts
@@ -226,12 +224,14 @@ def test_supervised_workers_pause_resume_rebalance_in_place_and_stop_on_kill(
     assert v2 is not None
     second = running_workers(daemons, state, "wordcount", 3)
     wait_until(
-        lambda: all(hb.record.get("assignment_version") == v2.version for hb in state.read_heartbeats("wordcount").values()),
+        lambda: all(
+            hb.record.get("assignment_version") == v2.version for hb in state.read_heartbeats("wordcount").values()
+        ),
         what="every worker on v2",
         timeout=30,
     )
-    for slot, pid in first.items():
-        assert second[slot] == pid  # not restarted
+    for name, pid in first.items():
+        assert second[name] == pid  # not restarted
     for slot, hb in state.read_heartbeats("wordcount").items():
         assert sorted(hb.record["executors"]) == sorted(map(str, v2.executors_of(slot)))
     # kill with a long wait: the workers stop now, the name stays until the wait ends
@@ -240,6 +240,7 @@ def test_supervised_workers_pause_resume_rebalance_in_place_and_stop_on_kill(
     assert "its workers stop now" in out.stdout
     wait_gone(list(second.values()), "the killed topology's workers")
     record = state.find_topology("wordcount")
-    assert record is not None and record.status == KILLED
+    assert record is not None
+    assert record.status == KILLED
     assert sup.output().count("started worker") == 3  # nothing restarted after the kill
     assert not [p for p in worker_pids(state, "wordcount").values() if alive(p)]
