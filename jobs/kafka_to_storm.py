@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from spark_storm.spark.jobs import add_job_arguments, job_main
+from spark_storm.spark.jobs import add_job_arguments, describe_target, job_main
 
 
 def show_progress(progress: dict[str, Any]) -> None:
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the job; return the exit status (a failure raises, with Spark's error)."""
     args = parse_args(argv)
     rows = job_main("kafka_to_storm", args, run, kafka=True)
-    print(f"sent {rows} records from {args.topic} to {args.workers}", flush=True)
+    print(f"sent {rows} records from {args.topic} to {describe_target(args)}", flush=True)
     return 0
 
 

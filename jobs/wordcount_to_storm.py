@@ -5,6 +5,8 @@ cluster (ship spark-storm to the executors: ``--py-files`` a wheel, or install i
 
     spark-submit --master local[2] jobs/wordcount_to_storm.py \\
         --topology conf/topologies/wordcount.yaml --workers 127.0.0.1:6700,127.0.0.1:6701 --seconds 30
+    spark-submit --master local[2] jobs/wordcount_to_storm.py \\
+        --topology wordcount --zookeeper 127.0.0.1:2181 --seconds 30     # a topology submitted to a cluster
 
 Source: the rate source mapped onto the bundled corpus (``--rows-per-second``), or text
 files dropped into ``--input-dir`` (one sentence per line).
@@ -23,8 +25,12 @@ from importlib import resources
 def main(argv: list[str] | None = None) -> int:
     """Run the job; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topology", required=True, help="topology YAML (its 'sentences' source is fed)")
-    parser.add_argument("--workers", required=True, help="worker slots host:port,...")
+    parser.add_argument(
+        "--topology", required=True, help="topology YAML (its 'sentences' source is fed); with --zookeeper its name"
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--workers", help="worker slots host:port,... (static mode)")
+    target.add_argument("--zookeeper", help="HOST:PORT[/chroot] of the cluster the topology was submitted to")
     parser.add_argument("--seconds", type=float, default=30.0, help="stream this long, then stop (0 = forever)")
     parser.add_argument("--rows-per-second", type=int, default=1000)
     parser.add_argument(
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     query = (
         df.writeStream.format("storm")
         .option("topology", args.topology)
-        .option("workers", args.workers)
+        .options(**({"zookeeper": args.zookeeper} if args.zookeeper else {"workers": args.workers}))
         .option("delivery", args.delivery)
         .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
         .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="wordcount-ck-"))
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.01)
     query.stop()
     sent = sum(p["numInputRows"] for p in query.recentProgress)
-    print(f"sent {sent} sentences to {args.workers}", flush=True)
+    print(f"sent {sent} sentences to {args.workers or 'the cluster at ' + args.zookeeper}", flush=True)
     spark.stop()
     return 0
 

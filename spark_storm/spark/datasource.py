@@ -28,7 +28,11 @@ def _wrap(message: StormCommitMessage) -> _Commit:
 
 
 class StormStreamWriter(DataSourceStreamArrowWriter):
-    """Streaming writer: one Spark task per partition per micro-batch (Arrow batches in)."""
+    """Streaming writer: one Spark task per partition per micro-batch (Arrow batches in).
+
+    Spark builds it on the driver for every micro-batch (``streamWriter``), so in cluster
+    mode each micro-batch's tasks get the assignment current when the batch was planned.
+    """
 
     def __init__(self, options: StormOptions) -> None:
         self.options = options
@@ -75,7 +79,9 @@ class StormDataSource(DataSource):
     """``format("storm")``: routes rows to a topology's source tasks over the configured transport.
 
     Options (case-insensitive): ``topology`` (YAML path, required), ``workers``
-    (``host:port,...``; default the topology's), ``component`` (the source to feed;
+    (``host:port,...``; default the topology's) or ``zookeeper`` (``HOST:PORT[/chroot]`` of
+    a cluster the topology was submitted to; ``topology`` is then its name, and the driver
+    reads the current assignment for every micro-batch), ``component`` (the source to feed;
     default the only source), ``taskColumn`` (explicit task ids), ``fields`` (columns
     sent; default all but the task column), ``serializer`` (arrow | msgpack),
     ``transport`` (tcp | zmq | dotted path), ``delivery`` (none | accepted | processed),

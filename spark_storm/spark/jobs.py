@@ -12,7 +12,15 @@ from typing import Any
 from spark_storm.errors import ConfigError
 from spark_storm.topology import load_topology
 
-__all__ = ["add_job_arguments", "job_main", "run_query", "source_component", "storm_writer"]
+__all__ = [
+    "add_job_arguments",
+    "describe_target",
+    "job_main",
+    "run_query",
+    "source_component",
+    "storm_writer",
+    "target_options",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +29,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, *, storm: bool, checkpoin
     """Add the options every job has: run length, checkpoint, jars; with ``storm``, the target topology."""
     if storm:
         parser.add_argument("--topology", required=True, help="topology YAML")
-        parser.add_argument("--workers", required=True, help="worker slots host:port,...")
+        target = parser.add_mutually_exclusive_group(required=True)
+        target.add_argument("--workers", help="worker slots host:port,... (static mode)")
+        target.add_argument(
+            "--zookeeper", help="HOST:PORT[/chroot] of a cluster the topology was submitted to (cluster mode)"
+        )
         parser.add_argument("--component", help="source component to feed (default: the topology's only source)")
         parser.add_argument("--delivery", default="processed", choices=["none", "accepted", "processed"])
         parser.add_argument("--storm-conf", help="a storm.yaml for the connections (e.g. the auth secret file)")
@@ -54,18 +66,30 @@ def source_component(topology_path: str, component: str | None) -> tuple[str, li
 def storm_writer(df: Any, args: argparse.Namespace, component: str, checkpoint_prefix: str) -> Any:
     """``df.writeStream.format("storm")`` with the jobs' common options.
 
-    Uses ``args.topology``, ``args.workers``, ``args.delivery``, ``args.storm_conf`` and
-    ``args.checkpoint`` (a temp dir named after ``checkpoint_prefix`` when None).
+    Uses ``args.topology``, ``args.workers`` or ``args.zookeeper``, ``args.delivery``,
+    ``args.storm_conf`` and ``args.checkpoint`` (a temp dir named after ``checkpoint_prefix`` when None).
     """
     return (
         df.writeStream.format("storm")
         .option("topology", args.topology)
-        .option("workers", args.workers)
+        .options(**target_options(args))
         .option("component", component)
         .option("delivery", args.delivery)
         .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
         .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix=checkpoint_prefix))
     )
+
+
+def target_options(args: argparse.Namespace) -> dict[str, str]:
+    """``{"workers": ...}`` or ``{"zookeeper": ...}``: where the job's rows go."""
+    zookeeper = getattr(args, "zookeeper", None)
+    return {"zookeeper": zookeeper} if zookeeper else {"workers": args.workers}
+
+
+def describe_target(args: argparse.Namespace) -> str:
+    """Return the job's target for its closing line (the slots, or the cluster)."""
+    zookeeper = getattr(args, "zookeeper", None)
+    return f"the cluster at {zookeeper}" if zookeeper else str(args.workers)
 
 
 def job_main(

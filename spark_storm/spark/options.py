@@ -7,22 +7,27 @@ names the option, the bad value and the fix, and is raised when the query starts
 from __future__ import annotations
 
 import difflib
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from spark_storm.config import Config, load_config
 from spark_storm.errors import ConfigError
 from spark_storm.messaging.wire import ACCEPTED, PROCESSED
-from spark_storm.topology import Plan, load_topology, plan
+from spark_storm.topology import Plan, Topology, load_topology, plan
 from spark_storm.transport import TRANSPORT_ALIASES
 
 __all__ = ["OPTION_NAMES", "StormOptions"]
 
+logger = logging.getLogger(__name__)
+
 OPTION_NAMES: Final = (
     "topology",
     "workers",
+    "zookeeper",
     "component",
     "taskColumn",
     "fields",
@@ -58,10 +63,29 @@ class StormOptions:
     conf: Mapping[str, Any] = field(default_factory=dict)
     query_id: str | None = None
     batch_id: int | None = None
+    zookeeper: str | None = None
+    assignment_version: int = 0
 
     @property
     def topology_id(self) -> str:
         return self.plan.topology.name
+
+    def with_current_assignment(self) -> StormOptions:
+        """Cluster mode: return a copy on the topology's current assignment, if it is newer (a retried task)."""
+        if self.zookeeper is None:
+            return self
+        from spark_storm.cluster.state import ZooKeeperAddress
+        from spark_storm.spark.assignments import current_assignment
+
+        address = ZooKeeperAddress.parse(self.zookeeper, self.conf)
+        _, assignment = current_assignment(address, self.topology_id, self.conf)
+        if assignment.version <= self.assignment_version:
+            return self
+        import dataclasses
+
+        return dataclasses.replace(
+            self, plan=assignment.plan(self.plan.topology), assignment_version=assignment.version
+        )
 
     def messaging_conf(self) -> Config:
         """Return the messaging configuration for the writer's connections."""
@@ -91,12 +115,29 @@ class StormOptions:
             return None if value is None else str(value)
 
         topo_path = get("topology")
+        zookeeper = get("zookeeper")
         if not topo_path:
-            msg = "option 'topology' is required: the path of the topology YAML (e.g. conf/topologies/wordcount.yaml)"
+            what = (
+                "the submitted topology's name (e.g. wordcount)"
+                if zookeeper
+                else "the path of the topology YAML (e.g. conf/topologies/wordcount.yaml)"
+            )
+            msg = f"option 'topology' is required: {what}"
             raise ConfigError(msg)
-        topology = load_topology(topo_path)
+        conf = _storm_conf(get("conf"), storm_keys, get("transport"))
         workers = get("workers")
-        the_plan = plan(topology, workers) if workers else plan(topology)
+        version = 0
+        if zookeeper is not None:
+            if workers:
+                msg = (
+                    "options 'zookeeper' and 'workers' exclude each other: with 'zookeeper' the workers come from "
+                    "the topology's current assignment; drop 'workers'"
+                )
+                raise ConfigError(msg)
+            zookeeper, topology, the_plan, version = _from_zookeeper(zookeeper, topo_path, conf)
+        else:
+            topology = load_topology(topo_path)
+            the_plan = plan(topology, workers) if workers else plan(topology)
         sources = sorted(c.id for c in topology.sources)
         component_id = get("component") or (sources[0] if len(sources) == 1 else None)
         if component_id is None:
@@ -141,19 +182,6 @@ class StormOptions:
             raise ConfigError(msg)
         ack_ms = _positive_int(get("ackTimeoutMs") or "60000", "ackTimeoutMs")
         max_rows = _positive_int(get("maxRowsPerMessage") or "4096", "maxRowsPerMessage")
-        conf: dict[str, Any] = dict(load_config(get("conf"), storm_keys) if get("conf") else Config.of(storm_keys))
-        transport = get("transport")
-        if transport:
-            if transport not in TRANSPORT_ALIASES and "." not in transport:
-                close = difflib.get_close_matches(transport, list(TRANSPORT_ALIASES), n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
-                msg = f"option 'transport'={transport!r} is not a transport.{hint}"
-                raise ConfigError(msg)
-            conf["storm.messaging.transport"] = transport
-        if conf.get("storm.messaging.transport") == "local":
-            msg = "option 'transport'='local' cannot reach worker processes: use tcp (default) or zmq"
-            raise ConfigError(msg)
-        Config.of(conf)  # validates the storm.* keys
         batch_id = get("batchId")
         return cls(
             plan=the_plan,
@@ -170,6 +198,8 @@ class StormOptions:
             conf=conf,
             query_id=get("queryId"),
             batch_id=int(batch_id) if batch_id is not None else None,
+            zookeeper=zookeeper,
+            assignment_version=version,
         )
 
     def with_ids(self, query_id: str | None, batch_id: int | None) -> StormOptions:
@@ -177,6 +207,56 @@ class StormOptions:
         import dataclasses
 
         return dataclasses.replace(self, query_id=query_id, batch_id=batch_id)
+
+
+def _storm_conf(conf_path: str | None, storm_keys: dict[str, Any], transport: str | None) -> dict[str, Any]:
+    conf: dict[str, Any] = dict(load_config(conf_path, storm_keys) if conf_path else Config.of(storm_keys))
+    if transport:
+        if transport not in TRANSPORT_ALIASES and "." not in transport:
+            close = difflib.get_close_matches(transport, list(TRANSPORT_ALIASES), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            msg = f"option 'transport'={transport!r} is not a transport.{hint}"
+            raise ConfigError(msg)
+        conf["storm.messaging.transport"] = transport
+    if conf.get("storm.messaging.transport") == "local":
+        msg = "option 'transport'='local' cannot reach worker processes: use tcp (default) or zmq"
+        raise ConfigError(msg)
+    Config.of(conf)  # validates the storm.* keys
+    return conf
+
+
+def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any]) -> tuple[str, Topology, Plan, int]:
+    """Read the submitted topology and its current assignment: (address, topology, plan, version).
+
+    ``topology`` is the submitted name, or a topology YAML whose name is used (the definition
+    that counts is the submitted one: the workers run it).
+    """
+    from spark_storm.cluster.state import ZooKeeperAddress, check_topology_name
+    from spark_storm.spark.assignments import current_assignment
+
+    try:
+        address = ZooKeeperAddress.parse(spec, conf)
+    except ConfigError as exc:
+        msg = f"option 'zookeeper'={spec!r}: {exc}"
+        raise ConfigError(msg) from exc
+    name = topology
+    local: Topology | None = None
+    if topology.endswith((".yaml", ".yml")) or "/" in topology or Path(topology).is_file():
+        local = load_topology(topology)
+        name = local.name
+    check_topology_name(name)
+    wait = Config.of(conf).get_int("storm.zookeeper.connection.timeout", minimum=1) / 1000
+    record, assignment = current_assignment(address, name, conf, wait_s=wait)
+    submitted = record.topology()
+    if local is not None and local != submitted:
+        logger.warning(
+            "option 'topology'=%r differs from the topology %r submitted to ZooKeeper %s; "
+            "the submitted one is used (the workers run it)",
+            topology,
+            name,
+            address,
+        )
+    return address.spec, submitted, assignment.plan(submitted), assignment.version
 
 
 def _positive_int(text: str, name: str) -> int:

@@ -16,6 +16,11 @@ One call of :func:`write_partition` is one Spark task (partition) of one micro-b
 
 Connections are pooled per Python worker process (Spark reuses Python workers), so a
 micro-batch does not pay a connect and handshake per task.
+
+Cluster mode (``option("zookeeper", ...)``): the plan comes from the assignment the driver
+read for this micro-batch; a retried task (attempt > 0: its worker may have died) reads the
+current assignment again, and the pool closes its connections to workers that a newer
+assignment no longer names.
 """
 
 from __future__ import annotations
@@ -68,11 +73,42 @@ class _Pool:
         self._lock = threading.Lock()
         self._contexts: dict[str, IContext] = {}
         self._conns: dict[tuple[str, str, Slot], IConnection] = {}
+        self._versions: dict[tuple[str, str], int] = {}
         atexit.register(self.close)
+
+    @staticmethod
+    def _ckey(options: StormOptions) -> str:
+        return repr(sorted((k, repr(v)) for k, v in options.messaging_conf().items()))
+
+    def follow(self, options: StormOptions) -> None:
+        """Cluster mode: on a newer assignment, close the connections to workers it no longer names.
+
+        They are closed on a thread of their own: a connection to a dead worker may wait its
+        flush timeout, and a task must not.
+        """
+        if not options.assignment_version:
+            return
+        ckey = self._ckey(options)
+        with self._lock:
+            seen = self._versions.get((ckey, options.topology_id), 0)
+            if options.assignment_version <= seen:
+                return
+            self._versions[(ckey, options.topology_id)] = options.assignment_version
+            keep = set(options.plan.slots)
+            stale = [k for k in self._conns if k[0] == ckey and k[1] == options.topology_id and k[2] not in keep]
+            closing = [self._conns.pop(k) for k in stale]
+        if closing:
+            logger.info(
+                "storm writer: assignment v%d of %s: closing connections to %s",
+                options.assignment_version,
+                options.topology_id,
+                ", ".join(str(k[2]) for k in stale),
+            )
+            threading.Thread(target=lambda: [c.close() for c in closing], name="storm-pool-close", daemon=True).start()
 
     def connection(self, options: StormOptions, slot: Slot) -> IConnection:
         conf = options.messaging_conf()
-        ckey = repr(sorted((k, repr(v)) for k, v in conf.items()))
+        ckey = self._ckey(options)
         key = (ckey, options.topology_id, slot)
         with self._lock:
             conn = self._conns.get(key)
@@ -139,6 +175,20 @@ def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[Ta
 def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) -> StormCommitMessage:
     """Send one partition of one micro-batch; return only once it is acknowledged."""
     query_id, batch_id, partition, attempt = _ids(options)
+    if attempt > 0 and options.zookeeper is not None:
+        before = options.assignment_version
+        options = options.with_current_assignment()
+        if options.assignment_version != before:
+            logger.info(
+                "storm writer: retry %d of batch %d partition %d uses assignment v%d of %s (was v%d)",
+                attempt,
+                batch_id,
+                partition,
+                options.assignment_version,
+                options.topology_id,
+                before,
+            )
+    POOL.follow(options)
     router = Router(options.tasks, options.grouping, options.key_columns, options.task_column, partition)
     task_slot = options.plan.task_slot
     result = StormCommitMessage(query_id, batch_id, partition)
@@ -221,12 +271,24 @@ def _await_acks(
 
 
 def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) -> None:
-    """Driver side: tell every worker the batch is final so it can forget its dedupe state."""
-    query_ids = {m.query_id for m in messages if isinstance(m, StormCommitMessage)}
-    for query_id in query_ids:
-        for slot in options.plan.slots:
+    """Driver side: tell every worker the batch is final so it can forget its dedupe state.
+
+    The workers are the plan's and those the tasks report having sent to (in cluster mode
+    the plan may have changed meanwhile).  Best effort, under one deadline: a worker that is
+    not reachable forgets the batch when it is replaced or its ledger is full.
+    """
+    done = [m for m in messages if isinstance(m, StormCommitMessage)]
+    POOL.follow(options)
+    slots = set(options.plan.slots)
+    for m in done:
+        for name in m.per_worker:
+            host, _, port = name.rpartition(":")
+            slots.add(Slot(host, int(port)))
+    conns = {slot: POOL.connection(options, slot) for slot in sorted(slots)}
+    for query_id in sorted({m.query_id for m in done}):
+        for slot, conn in conns.items():
             try:
-                POOL.connection(options, slot).send_commit(query_id, batch_id)
+                conn.send_commit(query_id, batch_id)
             except StormError as exc:
                 logger.warning(
                     "storm commit of %s/%d to %s failed (%s); the worker keeps its state longer",
@@ -235,8 +297,11 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
                     slot,
                     exc,
                 )
-    for slot in options.plan.slots:
-        POOL.connection(options, slot).flush(5.0)
+    deadline = time.monotonic() + 5.0
+    for conn in conns.values():
+        # A new connection is ready in milliseconds; one to a dead worker must not hold the commit.
+        if conn.wait_ready(min(1.0, max(0.0, deadline - time.monotonic()))):
+            conn.flush(max(0.0, deadline - time.monotonic()))
 
 
 def rows_of(messages: Iterable[Any]) -> int:

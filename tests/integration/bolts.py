@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -121,3 +122,34 @@ class BatchRecordingBolt(BatchBolt):
                 }
             )
         )
+
+
+class EventLogBolt(Bolt):
+    """Appends the event id (``values[1]``) of every tuple to its own log under ``record.dir`` before
+    acking it, so what a bolt recorded survives a worker that is cut off or killed; forwards
+    (anchored) when it declares outputs."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        name = f"{context.component_id}-{context.task_id}-{context.worker.replace(':', '_')}-{os.getpid()}-{id(self)}"
+        self.log = (Path(str(conf["record.dir"])) / f"{name}.log").open("a", encoding="ascii", buffering=1)
+        self.forward = bool(context.output_fields)
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        self.log.write(f"{tup.values[1]}\n")  # line-buffered: written before the ack
+        if self.forward:
+            self.collector.emit([tup.values[0], tup.values[1]], anchors=tup)
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        self.log.close()
+
+
+def read_event_logs(directory: Path, component: str) -> Counter[int]:
+    """How many times each event id was recorded by ``component`` (over every log of every worker)."""
+    seen: Counter[int] = Counter()
+    for path in directory.glob(f"{component}-*.log"):
+        seen.update(int(line) for line in path.read_text(encoding="ascii").splitlines() if line)
+    return seen

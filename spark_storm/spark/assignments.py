@@ -1,0 +1,87 @@
+"""The Spark side of cluster mode: the current assignment of a topology, read from ZooKeeper.
+
+With ``option("zookeeper", "HOST:PORT[/chroot]")`` the driver reads the topology and its
+current assignment for every micro-batch (Spark builds the stream writer on the driver per
+micro-batch) and hands the plan to that batch's writer tasks; a retried task reads it again
+on its executor.  One ZooKeeper session per process and address is kept open for those
+reads (Spark reuses its Python workers), and closed when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spark_storm.cluster.state import KILLED, Assignment, ClusterState, TopologyRecord, ZooKeeperAddress
+from spark_storm.errors import ClusterError
+
+__all__ = ["close_sessions", "current_assignment"]
+
+logger = logging.getLogger(__name__)
+
+_LOCK = threading.Lock()
+_SESSIONS: dict[tuple[str, str], ClusterState] = {}
+
+
+def _session(address: ZooKeeperAddress, conf: Mapping[str, Any]) -> ClusterState:
+    zk_conf = {k: v for k, v in conf.items() if str(k).startswith("storm.zookeeper.")}
+    key = (address.spec, repr(sorted(zk_conf.items())))
+    with _LOCK:
+        state = _SESSIONS.get(key)
+        if state is None:
+            state = ClusterState(address, conf).start()
+            if not _SESSIONS:
+                atexit.register(close_sessions)
+            _SESSIONS[key] = state
+        return state
+
+
+def close_sessions() -> None:
+    """Close this process's ZooKeeper sessions (at exit; tests call it between clusters)."""
+    with _LOCK:
+        states = list(_SESSIONS.values())
+        _SESSIONS.clear()
+    for state in states:
+        state.close()
+
+
+def current_assignment(
+    address: ZooKeeperAddress, name: str, conf: Mapping[str, Any], *, wait_s: float = 0.0
+) -> tuple[TopologyRecord, Assignment]:
+    """Return the submitted topology ``name`` and its current assignment.
+
+    Waits up to ``wait_s`` for a first assignment (a topology just submitted).
+
+    Raises
+    ------
+    ZooKeeperUnavailableError
+        ZooKeeper did not answer (the message names the address and the fix).
+    UnknownTopologyError
+        No topology of that name is submitted (the message lists the submitted ones).
+    ClusterError
+        The topology is killed, or has no assignment (no nimbus, no free slot).
+    """
+    state = _session(address, conf)
+    deadline = time.monotonic() + wait_s
+    while True:
+        record = state.read_topology(name)
+        if record.status == KILLED:
+            msg = (
+                f"topology {name!r} in ZooKeeper {address} is killed: nothing runs it any more "
+                "(submit it again, or stop this query)"
+            )
+            raise ClusterError(msg)
+        assignment = state.read_assignment(name)
+        if assignment is not None and assignment.slots:
+            return record, assignment
+        if time.monotonic() >= deadline:
+            msg = (
+                f"topology {name!r} has no assignment in ZooKeeper {address} yet: is a nimbus running "
+                "(`spark-storm list` shows the leader) and does a supervisor offer a free slot?"
+            )
+            raise ClusterError(msg)
+        time.sleep(0.2)
