@@ -156,7 +156,7 @@ def _zookeeper(args: argparse.Namespace) -> int:
 
     server = ZooKeeperServer(args.dir)
     if args.action == "start":
-        address = server.start(port=args.port)
+        address = server.start(port=args.port, host=args.host)
         print(f"zookeeper serving on {address} (pid {server.pid()}, state in {server.dir})")
     elif args.action == "stop":
         print("zookeeper stopped" if server.stop() else "no zookeeper was running")
@@ -497,6 +497,7 @@ def _parser() -> argparse.ArgumentParser:
     zookeeper.add_argument("action", choices=["start", "stop", "status"])
     zookeeper.add_argument("--dir", default=".run/zookeeper", help="state directory (config, data, pid, log)")
     zookeeper.add_argument("--port", type=int, help="client port (default: a free one)")
+    zookeeper.add_argument("--host", default="127.0.0.1", help="address the client port binds (default loopback)")
     zookeeper.set_defaults(func=_zookeeper)
     standalone = sub.add_parser("spark-standalone", help="a local Spark standalone master + worker")
     standalone.add_argument("action", choices=["start", "stop", "status"])

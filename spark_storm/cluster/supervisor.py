@@ -58,6 +58,8 @@ __all__ = ["LaunchSpec", "Supervisor"]
 
 logger = logging.getLogger(__name__)
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
 
 @dataclass(frozen=True)
 class LaunchSpec:
@@ -97,7 +99,8 @@ class Supervisor:
     ports : sequence of int, optional
         Slots offered; default ``supervisor.slots.ports``.
     conf : Mapping, optional
-        Configuration; also handed to every worker (as ``--conf`` and ``--set``).
+        Configuration; also handed to every worker (as ``--conf`` and ``--set``).  When
+        ``storm.messaging.bind.host`` is loopback and ``host`` is not, workers bind ``host``.
     conf_path : str, optional
         A storm.yaml handed to every worker.
     overrides : Mapping, optional
@@ -141,6 +144,10 @@ class Supervisor:
         self.local_dir = base.resolve() / f"supervisor-{self.id}"
         self.conf_path = conf_path
         self.overrides = dict(overrides or {})
+        # Workers listen where assignments say they are: a loopback bind (the single-machine
+        # default) on a host other hosts reach by name would refuse them all.
+        if self.conf["storm.messaging.bind.host"] in _LOOPBACK and host not in _LOOPBACK:
+            self.overrides.setdefault("storm.messaging.bind.host", host)
         self.monitor_every = self.conf.get_int("supervisor.monitor.frequency.secs", minimum=1)
         self.shutdown_wait = self.conf.get_int("supervisor.worker.shutdown.sleep.secs", minimum=0)
         self.workers: dict[int, _Worker] = {}

@@ -1,9 +1,9 @@
-"""A standalone Apache ZooKeeper server on 127.0.0.1, for cluster mode in tests and local runs.
+"""A standalone Apache ZooKeeper server (on 127.0.0.1 by default), for cluster mode in tests and local runs.
 
-``spark-storm zookeeper start|stop|status [--dir DIR] [--port P]`` (or
+``spark-storm zookeeper start|stop|status [--dir DIR] [--port P] [--host H]`` (or
 :class:`ZooKeeperServer`): writes a ``zoo.cfg``, starts
 ``org.apache.zookeeper.server.ZooKeeperServerMain`` from the jars ``scripts/fetch-jars`` put
-in ``jars/zookeeper`` on a free loopback port, waits until the server answers the ``srvr``
+in ``jars/zookeeper`` on a free loopback port (or ``H:P``: other hosts' daemons must reach it), waits until the server answers the ``srvr``
 four-letter command as serving, and stops it by PID.  State lives in DIR (default
 ``.run/zookeeper``): ``zoo.cfg``, ``data/``, ``server.pid``, ``address`` and ``server.log``.
 """
@@ -86,7 +86,9 @@ class ZooKeeperServer:
         answer = four_letter(address, "srvr")
         return answer is not None and "Mode: standalone" in answer
 
-    def start(self, timeout: float = 60.0, *, port: int | None = None, clean: bool = True) -> str:
+    def start(
+        self, timeout: float = 60.0, *, port: int | None = None, clean: bool = True, host: str = "127.0.0.1"
+    ) -> str:
         """Start the server (or return the running one's address).
 
         Parameters
@@ -95,6 +97,8 @@ class ZooKeeperServer:
             Seconds to wait for the server to serve.
         port : int, optional
             Client port; default a free one.  A restart for tests passes the old port.
+        host : str
+            The address the client port binds (default loopback).
         clean : bool
             Remove the data directory first (default); False keeps the znodes and sessions of a
             previous run, as a restarted production server would.
@@ -118,7 +122,7 @@ class ZooKeeperServer:
                     f"tickTime={TICK_MS}",
                     f"dataDir={self.data_dir}",
                     f"clientPort={chosen}",
-                    "clientPortAddress=127.0.0.1",
+                    f"clientPortAddress={host}",
                     "maxClientCnxns=0",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
@@ -142,7 +146,7 @@ class ZooKeeperServer:
         self.log_file.unlink(missing_ok=True)
         pid = launch_detached(command, self.log_file)
         self.pid_file.write_text(str(pid))
-        address = f"127.0.0.1:{chosen}"
+        address = f"{host}:{chosen}"
         self.address_file.write_text(address)
         deadline = time.monotonic() + timeout
         while not self.ready():
