@@ -20,7 +20,11 @@ micro-batch does not pay a connect and handshake per task.
 Cluster mode (``option("zookeeper", ...)``): the plan comes from the assignment the driver
 read for this micro-batch; a retried task (attempt > 0: its worker may have died) reads the
 current assignment again, and the pool closes its connections to workers that a newer
-assignment no longer names.
+assignment no longer names.  A task waiting for acks gives up early when a newer
+assignment drops one of its plan's workers (trees through it never complete).  The
+sequence carries the assignment version (``version << 32 | n``): a retry on another
+assignment routes rows elsewhere, so its groups must not be taken for replays of the first
+attempt's (same plan: same keys, deduplicated as in static mode).
 """
 
 from __future__ import annotations
@@ -194,6 +198,10 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     result = StormCommitMessage(query_id, batch_id, partition)
     pending: dict[Slot, list[tuple[str, int, int, int]]] = {}
     sequence = 0
+    # Cluster mode: a retry on a newer assignment routes rows to other workers, so its groups are
+    # not the first attempt's; the assignment version in the sequence keeps their keys apart (a
+    # worker would otherwise drop them as replays of different rows).  0 in static mode.
+    version_base = options.assignment_version << 32
     started = time.monotonic()
     for rb in batches:
         if rb.num_rows == 0:
@@ -210,7 +218,9 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
             msgs = by_slot[slot]
             conn = POOL.connection(options, slot)
             if options.delivery:
-                header = BatchHeader(query_id, batch_id, partition, sequence, len(msgs), options.delivery)
+                header = BatchHeader(
+                    query_id, batch_id, partition, version_base + sequence, len(msgs), options.delivery
+                )
                 conn.send_group(header, msgs)
                 pending.setdefault(slot, []).append(header.key)
                 sequence += 1
@@ -239,6 +249,23 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     return result
 
 
+def _final(status: int | None, required: int) -> bool:
+    return status is not None and (status >= required or status == FAILED)
+
+
+def _dropped_workers(options: StormOptions) -> list[Slot]:
+    """Cluster mode: workers of the task's plan that the current assignment no longer has (dead, moved)."""
+    from spark_storm.errors import ZooKeeperUnavailableError
+
+    try:
+        current = options.with_current_assignment()
+    except ZooKeeperUnavailableError:
+        return []  # ZooKeeper away: keep waiting for the acks
+    if current.assignment_version <= options.assignment_version:
+        return []
+    return sorted(set(options.plan.slots) - set(current.plan.slots))
+
+
 def _await_acks(
     options: StormOptions,
     pending: dict[Slot, list[tuple[str, int, int, int]]],
@@ -246,11 +273,36 @@ def _await_acks(
     batch_id: int,
     partition: int,
 ) -> None:
+    """Wait for every group's ack; raise DeliveryError (Spark retries the task) if one fails or does not come.
+
+    In cluster mode the wait also ends early when a newer assignment drops a worker of this
+    task's plan while acks are still missing: tuple trees through a lost worker never
+    complete, so the retry (on the new assignment) starts now rather than at ``ackTimeoutMs``.
+    """
     deadline = time.monotonic() + options.ack_timeout_s
     level = "processed" if options.delivery == 2 else "accepted"
     for slot, keys in pending.items():
         conn = POOL.connection(options, slot)
-        got = conn.wait_acks(keys, options.delivery, max(0.0, deadline - time.monotonic()))
+        got: dict[tuple[str, int, int, int], int] = {}
+        while True:
+            waiting = [k for k in keys if not _final(got.get(k), options.delivery)]
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                break
+            step = remaining if options.zookeeper is None else min(remaining, 1.0)
+            got.update(conn.wait_acks(waiting, options.delivery, step))
+            if options.zookeeper is None or all(_final(got.get(k), options.delivery) for k in waiting):
+                continue
+            dropped = _dropped_workers(options)
+            if dropped:
+                missing = [k for k in keys if not _final(got.get(k), options.delivery)]
+                msg = (
+                    f"a new assignment of {options.topology_id} dropped worker(s) {', '.join(map(str, dropped))} "
+                    f"while {len(missing)} of {len(keys)} groups of query {query_id} batch {batch_id} partition "
+                    f"{partition} sent to {slot} wait for their {level} ack; Spark will retry the task on the new "
+                    "assignment and the workers drop what they already have"
+                )
+                raise DeliveryError(msg)
         failed = [k for k, s in got.items() if s == FAILED]
         missing = [k for k in keys if k not in got or (got[k] < options.delivery and got[k] != FAILED)]
         if failed:

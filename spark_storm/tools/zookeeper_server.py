@@ -3,8 +3,9 @@
 ``spark-storm zookeeper start|stop|status [--dir DIR] [--port P] [--host H]`` (or
 :class:`ZooKeeperServer`): writes a ``zoo.cfg``, starts
 ``org.apache.zookeeper.server.ZooKeeperServerMain`` from the jars ``scripts/fetch-jars`` put
-in ``jars/zookeeper`` on a free loopback port (or ``H:P``: other hosts' daemons must reach it), waits until the server answers the ``srvr``
-four-letter command as serving, and stops it by PID.  State lives in DIR (default
+in ``jars/zookeeper`` on a free loopback port (or ``H:P`` that other hosts' daemons reach),
+waits until the server answers the ``srvr`` four-letter command as serving, and stops it
+by PID.  State lives in DIR (default
 ``.run/zookeeper``): ``zoo.cfg``, ``data/``, ``server.pid``, ``address`` and ``server.log``.
 """
 
