@@ -62,7 +62,7 @@ def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
     cluster = {name for name, svc in services.items() if "cluster" in svc.get("profiles", [])}
-    assert cluster == {"zookeeper", "nimbus", "supervisor-a", "supervisor-b", "submit"}
+    assert cluster == {"zookeeper", "nimbus", "supervisor-a", "supervisor-b", "submit", "stream"}
     assert all(svc.get("profiles") for svc in services.values())  # each service belongs to one deployment
     assert services["zookeeper"]["image"].startswith("zookeeper:3.9")
     conf = yaml.safe_load((DOCKER / "storm.yaml").read_text())
@@ -86,3 +86,56 @@ def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
     assert int(submit[submit.index("--workers") + 1]) <= sum(
         len(s["command"][s["command"].index("--slots") + 1].split(",")) for s in supervisors.values()
     )
+
+
+def test_cluster_supervisors_launch_workers_in_cluster_form_and_spark_follows_zookeeper(tmp_path: Path) -> None:
+    """What each supervisor container would run for its slots, from its compose command line (no engine)."""
+    from spark_storm.cli import _parser
+    from spark_storm.cluster.supervisor import LaunchSpec, Supervisor
+
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    conf_file = yaml.safe_load((DOCKER / "storm.yaml").read_text())
+    for name in ("supervisor-a", "supervisor-b"):
+        args = _parser().parse_args(services[name]["command"])
+        assert args.conf == "/etc/spark-storm/storm.yaml"  # mounted from docker/storm.yaml
+        overrides = dict(s.split("=", 1) for s in args.set or [])
+        sup = Supervisor(
+            args.zookeeper,
+            args.host,
+            [int(p) for p in args.slots.split(",")],
+            {**conf_file, **{k: yaml.safe_load(v) for k, v in overrides.items()}},
+            conf_path=args.conf,
+            overrides=overrides,
+            local_dir=tmp_path,
+        )
+        try:
+            for port in sup.ports:
+                command = sup.worker_command(LaunchSpec("wordcount", port, "0" * 16, 1))
+                worker = command[command.index("worker") :]
+                assert worker[:9] == [
+                    "worker",
+                    "--zookeeper",
+                    "zookeeper:2181/storm",
+                    "--topology-id",
+                    "wordcount",
+                    "--host",
+                    name,
+                    "--port",
+                    str(port),
+                ]
+                assert "--workers" not in worker  # the plan comes from ZooKeeper, not a slot list
+                assert worker[worker.index("--conf") + 1] == "/etc/spark-storm/storm.yaml"  # 0.0.0.0 + the secret
+                worker_args = _parser().parse_args(worker)
+                assert worker_args.topology is None
+                assert worker_args.topology_id == "wordcount"
+        finally:
+            sup.state.close()
+    stream = services["stream"]
+    assert stream["entrypoint"][-1] == "jobs/wordcount_to_storm.py"
+    command = stream["command"]
+    from spark_storm.cluster.state import ZooKeeperAddress
+
+    assert ZooKeeperAddress.parse(command[command.index("--zookeeper") + 1]) == ZooKeeperAddress.parse(None, conf_file)
+    assert "--workers" not in command
+    assert (ROOT / command[command.index("--topology") + 1]).exists()
