@@ -87,6 +87,7 @@ _OWNED_PREFIXES: Final = (
     "topology.worker.",
     "topology.serializer",
     "worker.",
+    "ui.",
 )
 
 

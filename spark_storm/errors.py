@@ -13,6 +13,9 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+    +-- TopologyNotFoundError (LookupError)  no running topology has that id (UI/REST: 404)
+    +-- ActionNotSupportedError         the cluster cannot do that action, e.g. rebalance a local cluster (501)
+    +-- TopologyActionError             an action reached the workers and some refused or were unreachable (502)
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -21,12 +24,15 @@ the network or the peer and is usually worth a retry.
 from __future__ import annotations
 
 __all__ = [
+    "ActionNotSupportedError",
     "AuthenticationError",
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
     "SendTimeoutError",
     "StormError",
+    "TopologyActionError",
+    "TopologyNotFoundError",
     "TransportError",
     "TransportInitError",
     "UnknownTransportError",
@@ -81,3 +87,15 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class TopologyNotFoundError(StormError, LookupError):
+    """No running topology of the cluster has the requested id."""
+
+
+class ActionNotSupportedError(StormError):
+    """The cluster behind the UI cannot carry out this topology action (the message says what can)."""
+
+
+class TopologyActionError(StormError):
+    """A topology action was sent to the workers and at least one refused it or could not be reached."""
