@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from spark_storm.config import default_config
 from spark_storm.spark.session import local_session
+from spark_storm.ui import serve_local_ui
 from spark_storm.worker.cluster import LocalCluster
 
 __all__ = ["run_demo"]
@@ -81,6 +83,8 @@ def run_demo(seconds: float, rows_per_second: int, workers: int = 2) -> int:
     print(f"starting {workers} workers of the wordcount topology ...", flush=True)
     cluster = LocalCluster(str(topo_path), workers).start()
     print(cluster.plan.describe(), flush=True)
+    ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
+    print(f"UI: {ui.url}topology.html?id={cluster.topology.name}  (live while the demo runs)", flush=True)
     print("starting Spark (local[2]) ...", flush=True)
     spark = local_session("spark-storm-demo", master="local[2,4]")
     from pyspark.sql import functions as F
@@ -133,6 +137,7 @@ def run_demo(seconds: float, rows_per_second: int, workers: int = 2) -> int:
         print("letting the workers drain what they accepted ...", flush=True)
         processed = _drained(cluster, sent)
         codes = cluster.stop()
+        ui.close()
     final: Counter[str] = Counter()
     for path in (work / "report").glob("*.jsonl"):
         for line in path.read_text().splitlines():

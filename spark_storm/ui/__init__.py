@@ -25,6 +25,7 @@ __all__ = [
     "UIServer",
     "WorkerRef",
     "local_ui",
+    "serve_local_ui",
 ]
 
 
@@ -36,3 +37,13 @@ def local_ui(heartbeat_dir: str | Path, conf: Config, host: str | None = None, p
         http_timeout_s=conf.get_int("ui.http.timeout.ms", minimum=1) / 1000,
     )
     return UIServer(source, conf, host, port)
+
+
+def serve_local_ui(heartbeat_dir: str | Path, conf: Config, *, any_port_if_busy: bool = False) -> UIServer:
+    """Start a UI on ``ui.host:ui.port``; with ``any_port_if_busy``, on a free port when that one is taken."""
+    try:
+        return local_ui(heartbeat_dir, conf).start()
+    except OSError:
+        if not any_port_if_busy:
+            raise
+        return local_ui(heartbeat_dir, conf, port=0).start()

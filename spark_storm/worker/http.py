@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -167,7 +168,8 @@ def start_metrics_server(worker: Worker, host: str, port: int) -> tuple[Threadin
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                # 0.0.4: what generate_latest writes, and what every Prometheus version reads
+                self._reply(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
             elif self.path == "/health":
                 self._reply(200, json.dumps(worker.metrics(), default=str).encode(), "application/json")
             else:

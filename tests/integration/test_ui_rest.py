@@ -56,9 +56,8 @@ def test_summaries_have_storms_shapes_and_the_clusters_numbers(ui_cluster: UIClu
 
 def test_counts_match_the_workers_and_rates_are_measured(ui_cluster: UICluster) -> None:
     for _ in range(4):  # spread over a few samples so the rate window sees traffic
-        before = len(ui_cluster.ui.sampler.history("pipeline"))
         ui_cluster.send(150)
-        wait_until(lambda b=before: len(ui_cluster.ui.sampler.history("pipeline")) > b + 1, what="two new samples")
+        ui_cluster.wait_new_samples(2)
     ui_cluster.wait_executed("stage2", 600)
     ui_cluster.wait_executed("stage1", 600)
     comps = ui_cluster.components()

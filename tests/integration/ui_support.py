@@ -123,6 +123,11 @@ class UICluster:
                         acc[k] += t[k]
         return out
 
+    def wait_new_samples(self, n: int) -> None:
+        """Wait until the UI has read the cluster ``n`` more times."""
+        target = len(self.ui.sampler.history(self.name)) + n
+        wait_until(lambda: len(self.ui.sampler.history(self.name)) >= target, what=f"{n} new samples")
+
     def wait_executed(self, component: str, count: int, timeout: float = 30.0) -> None:
         wait_until(
             lambda: self.components().get(component, {}).get("executed") == count,

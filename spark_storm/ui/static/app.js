@@ -176,7 +176,8 @@ async function refreshCluster() {
 }
 
 // ------------------------------------------------------------------ topology page
-const charts = new Map(); // component -> {plot, node}
+const charts = new Map(); // component -> {plot, node, title}
+window.sparkStormCharts = charts; // read by the browser test: what each chart holds
 
 function drawCharts(history) {
   const box = document.getElementById("charts");
@@ -226,8 +227,8 @@ function drawCharts(history) {
       charts.set(name, entry);
     }
     entry.plot.setData([times, values.map((v) => (v === null ? null : v))]);
-    const last = values.length ? values[values.length - 1] : null;
-    entry.title.querySelector(".now").textContent = last === null ? DASH : `${fmt.num(last)} /s now`;
+    const known = values.filter((v) => v !== null);
+    entry.title.querySelector(".now").textContent = known.length ? `peak ${fmt.num(Math.max(...known))} /s` : DASH;
     entry.node.setAttribute("data-points", String(values.filter((v) => v !== null).length));
   }
 }
