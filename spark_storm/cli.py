@@ -232,16 +232,18 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The UI binds first: a taken port then fails the command before any worker runs.
+    ui = None
+    if args.ui_port is not None:
+        ui = _start_ui(cluster.heartbeat_dir, load_config(args.conf, _overrides(args.set)), None, args.ui_port)
     cluster.start()
     print(cluster.plan.describe())
     for slot in cluster.slots:
         hb = cluster.heartbeat(slot) or {}
         print(f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics")
-    ui = None
-    if args.ui_port is None:
+    if ui is None:
         print(f"UI: spark-storm ui --heartbeat-dir {cluster.heartbeat_dir}  (or run local-cluster with --ui-port 8080)")
     else:
-        ui = _start_ui(cluster.heartbeat_dir, load_config(args.conf, _overrides(args.set)), None, args.ui_port)
         print(f"UI: {ui.url}topology.html?id={cluster.topology.name}")
     print("running; Ctrl-C stops every worker (ordered shutdown)", flush=True)
     while not stop["now"] and all(p.poll() is None for p in cluster.procs.values()):

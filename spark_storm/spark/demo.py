@@ -81,9 +81,10 @@ def run_demo(seconds: float, rows_per_second: int, workers: int = 2) -> int:
     topo_path = work / "wordcount.yaml"
     topo_path.write_text(yaml.safe_dump(topo))
     print(f"starting {workers} workers of the wordcount topology ...", flush=True)
-    cluster = LocalCluster(str(topo_path), workers).start()
-    print(cluster.plan.describe(), flush=True)
+    cluster = LocalCluster(str(topo_path), workers)
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
+    cluster.start()
+    print(cluster.plan.describe(), flush=True)
     print(f"UI: {ui.url}topology.html?id={cluster.topology.name}  (live while the demo runs)", flush=True)
     print("starting Spark (local[2]) ...", flush=True)
     spark = local_session("spark-storm-demo", master="local[2,4]")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -34,6 +35,9 @@ __all__ = ["LocalClusterSource"]
 logger = logging.getLogger(__name__)
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+#: ``<topology>-<port>.json``, as the worker names its heartbeat file.
+_HEARTBEAT_NAME = re.compile(r"-\d{1,5}\.json$")
+_HEARTBEAT_MAX_BYTES = 1 << 20
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -104,12 +108,14 @@ class LocalClusterSource:
         now = time.time()
         out = []
         try:
-            files = sorted(self.heartbeat_dir.glob("*.json"))
+            files = sorted(p for p in self.heartbeat_dir.glob("*-*.json") if _HEARTBEAT_NAME.search(p.name))
         except OSError as exc:
             logger.warning("cannot list heartbeat dir %s: %s", self.heartbeat_dir, exc)
             return []
         for path in files:
             try:
+                if path.stat().st_size > _HEARTBEAT_MAX_BYTES:
+                    continue  # the temp dir holds other programs' JSON too
                 hb = json.loads(path.read_text(encoding="utf-8"))
                 host, _, port_text = str(hb["worker"]).rpartition(":")
                 port = int(port_text)

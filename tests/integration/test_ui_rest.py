@@ -188,16 +188,13 @@ def test_local_cluster_serves_the_ui_and_the_wordcount_bolts_take_ticks_without_
         base = url.split("/topology.html")[0]
         with urllib.request.urlopen(url, timeout=10) as r:
             assert b'id="components"' in r.read()
+
         # wordcount.yaml ticks every bolt once a second: split must take them without an error
-        wait_until(
-            lambda: all(
-                c["executed"] >= 2
-                for c in _get(f"{base}/api/v1/topology/wordcount")["bolts"]
-                if c["componentId"] != "sentences"
-            ),
-            what="two ticks through every bolt",
-            timeout=30,
-        )
+        def ticked() -> bool:
+            executed = {c["componentId"]: c["executed"] for c in _get(f"{base}/api/v1/topology/wordcount")["bolts"]}
+            return len(executed) == 4 and all(n >= 2 for c, n in executed.items() if c != "sentences")
+
+        wait_until(ticked, what="two ticks through every bolt", timeout=30)
         comps = _get(f"{base}/api/v1/topology/wordcount")["bolts"]
         assert {c["componentId"]: c["errorCount"] for c in comps} == dict.fromkeys(
             ("count", "report", "sentences", "split"), 0

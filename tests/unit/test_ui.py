@@ -225,7 +225,7 @@ def test_heartbeats_make_workers_alive_dead_or_stopped(tmp_path: Path) -> None:
         _beat(tmp_path, 7002, worker.pid, age=60)  # stale
         _beat(tmp_path, 7003, os.getpid())  # pid is not a worker for port 7003 (pid reused)
         _beat(tmp_path, 7004, worker.pid, status="stopped")
-        (tmp_path / "notes.json").write_text("[1, 2]")  # not a heartbeat: ignored
+        (tmp_path / "notes-1.json").write_text("[1, 2]")  # named like one, but not a heartbeat: ignored
         source = LocalClusterSource(tmp_path, worker_timeout_s=10)
         (topo,) = source.state().topologies
         assert {w.port: w.status for w in topo.workers} == {
