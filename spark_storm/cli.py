@@ -194,7 +194,12 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    worker.start()
+    worker.tune_gc()
+    try:
+        worker.start()
+    except StormError:
+        worker.stop(0)  # what started (server, threads) goes down before the error is reported
+        raise
     print(
         f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
         f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",

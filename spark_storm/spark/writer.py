@@ -4,7 +4,7 @@ One call of :func:`write_partition` is one Spark task (partition) of one micro-b
 
 1. the batch id / query id come from the task's local properties
    (``streaming.sql.batchId``, ``sql.streaming.queryId``) unless given explicitly;
-2. each Arrow record batch is routed to task ids with numpy (:mod:`.routing`), split per
+2. each Arrow record batch is routed to task ids with numpy (:mod:`spark_storm.topology.routing`), split per
    task, and packed into Arrow IPC payloads of at most ``maxRowsPerMessage`` rows
    (no per-row Python work);
 3. per destination worker the messages of a record batch form one *group*, tagged
@@ -34,8 +34,8 @@ from spark_storm.errors import StormError
 from spark_storm.messaging import IConnection, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
-from spark_storm.spark.routing import Router, split_by_task
 from spark_storm.topology import Slot
+from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
 from spark_storm.worker.serializer import MsgpackSerializer
 

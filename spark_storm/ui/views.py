@@ -365,7 +365,9 @@ def _writers(reading: TopologyReading) -> list[dict[str, Any]] | None:
                     "rows": wr.get("rows"),
                     "groups": wr.get("groups"),
                     "replays": wr.get("replays"),
-                    "ackLatencyMs": wr.get("ack_latency_ms"),
+                    "failed": wr.get("failed"),
+                    "ackLatencyP50Ms": wr.get("ack_latency_p50_ms"),
+                    "ackLatencyP99Ms": wr.get("ack_latency_p99_ms"),
                 }
             )
     return out if reported else None

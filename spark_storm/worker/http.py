@@ -31,7 +31,7 @@ __all__ = ["WorkerCollector", "prometheus_text", "start_metrics_server"]
 _SERVER_COUNTERS = ("received", "duplicates", "protocol_errors", "auth_failures", "callback_errors")
 _CONNECTION_COUNTERS = ("sent", "lost", "reconnects", "resent")
 _QUEUE_GAUGES = ("capacity", "population", "overflow", "arrival_rate")
-_TASK_COUNTERS = ("executed", "emitted", "acked", "failed", "errors")
+_TASK_COUNTERS = ("executed", "batches", "emitted", "acked", "failed", "errors")
 # Optional per-task and per-executor keys: exported when the worker reports them.
 _TASK_GAUGES = {
     "latency_ms": "mean execute latency in ms",

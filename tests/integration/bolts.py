@@ -45,7 +45,10 @@ class RecordingBolt(Bolt):
         self.collector.ack(tup)
 
     def cleanup(self) -> None:
-        out = Path(str(self.conf["record.dir"])) / f"{self.context.component_id}-{self.context.task_id}.json"
+        name = f"{self.context.component_id}-{self.context.task_id}"
+        if self.conf.get("record.per.instance"):  # a task that moves between workers records twice
+            name += f"-{self.context.worker.replace(':', '_')}-{id(self)}"
+        out = Path(str(self.conf["record.dir"])) / f"{name}.json"
         out.write_text(
             json.dumps(
                 {

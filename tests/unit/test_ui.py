@@ -129,7 +129,16 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
         uptime_s=99.5,
         errors=[{"time": time.time() - 3, "component": "split", "task": 2, "error": "ValueError: bad"}],
         writers=[
-            {"query_id": "q1", "last_batch_id": 7, "rows": 1000, "groups": 4, "replays": 1, "ack_latency_ms": 2.5}
+            {
+                "query_id": "q1",
+                "last_batch_id": 7,
+                "rows": 1000,
+                "groups": 4,
+                "replays": 1,
+                "failed": 0,
+                "ack_latency_p50_ms": 2.5,
+                "ack_latency_p99_ms": 9.0,
+            }
         ],
         components={"split": {"source": False}},
     )
@@ -156,7 +165,9 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
             "rows": 1000,
             "groups": 4,
             "replays": 1,
-            "ackLatencyMs": 2.5,
+            "failed": 0,
+            "ackLatencyP50Ms": 2.5,
+            "ackLatencyP99Ms": 9.0,
         }
     ]
     comp_detail = views.component_detail(_snap(reading), reading, [], 5, "split")

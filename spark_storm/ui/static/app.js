@@ -286,8 +286,12 @@ async function refreshTopology() {
       el(
         "tr",
         { "data-component": c.componentId },
-        el("td", {}, el("a", { href: `component.html?topology=${encodeURIComponent(topo.id)}&id=${c.encodedId}` }, c.componentId)),
-        cell("type", fmt.str(c.type)),
+        el(
+          "td",
+          {},
+          el("a", { href: `component.html?topology=${encodeURIComponent(topo.id)}&id=${c.encodedId}` }, c.componentId),
+          c.type === "source" ? el("span", { class: "tag", title: "entry component: Spark or a client sends to it" }, "source") : null,
+        ),
         cell("executors", fmt.int(c.executors), "num"),
         cell("tasks", fmt.int(c.tasks), "num"),
         cell("executed", fmt.int(c.executed), "num"),
@@ -305,7 +309,7 @@ async function refreshTopology() {
       ),
     ),
     "no component reported by a reachable worker",
-    16,
+    15,
   );
   fillTable(
     document.querySelector("#executors tbody"),
@@ -364,16 +368,16 @@ async function refreshTopology() {
   const wrNote = document.getElementById("writers-note");
   if (topo.writers === null) {
     wrNote.textContent = "The workers do not report the Spark writers they see yet.";
-    fillTable(document.querySelector("#writers tbody"), [], DASH, 7);
+    fillTable(document.querySelector("#writers tbody"), [], DASH, 9);
   } else {
     wrNote.textContent = "";
     fillTable(
       document.querySelector("#writers tbody"),
       topo.writers.map((w) =>
-        el("tr", {}, cell("worker", w.worker), cell("query", fmt.str(w.queryId)), cell("batch", fmt.str(w.lastBatchId), "num"), cell("rows", fmt.int(w.rows), "num"), cell("groups", fmt.int(w.groups), "num"), cell("replays", fmt.int(w.replays), "num"), cell("ack", fmt.str(w.ackLatencyMs), "num")),
+        el("tr", {}, cell("worker", w.worker), cell("query", fmt.str(w.queryId)), cell("batch", fmt.str(w.lastBatchId), "num"), cell("rows", fmt.int(w.rows), "num"), cell("groups", fmt.int(w.groups), "num"), cell("replays", fmt.int(w.replays), "num"), cell("failed", fmt.int(w.failed), w.failed ? "num hot" : "num"), cell("ackP50", fmt.str(w.ackLatencyP50Ms), "num"), cell("ackP99", fmt.str(w.ackLatencyP99Ms), "num")),
       ),
       "no Spark writer has sent to this topology yet",
-      7,
+      9,
     );
   }
   drawCharts(history);

@@ -1,32 +1,47 @@
-"""Vectorised routing of Arrow record batches to task ids.
+"""Vectorised routing of Arrow record batches to task ids (Spark writers and batch bolts).
 
 Row -> task is computed per column with numpy, never per Python row, and agrees exactly
-with the worker-side groupers (``spark_storm.topology.grouping``) for the same topology:
+with the per-tuple groupers (``spark_storm.topology.grouping``) for the same topology:
 
-* shuffle (and none, local_or_shuffle, load_aware — a writer has no "local" task, and
-  routing must be deterministic so a retried task sends the same groups): row ``i`` of a
-  partition goes to ``tasks[(partition + i) % n]``;
+* shuffle (and none): rows go round-robin over the targets from a start offset — the
+  Spark writer starts at its partition id over the sorted tasks (deterministic, so a
+  retried task sends the same groups), a batch bolt's router from a random start over a
+  shuffled order, as the tuple ``ShuffleGrouper`` does;
 * fields: Spark's ``hash(cols)`` (Murmur3 x86_32, seed 42, integers as longs) in numpy,
-  then ``pmod(hash, n)`` — the same value ``topology.hashing.fields_hash`` gives;
-* all: every row to every task; global: the lowest task; direct: an explicit task column.
+  then ``pmod(hash, n)`` — the same value ``topology.hashing.fields_hash`` gives (the
+  two are twins: they share the constants, and a property test checks them row by row);
+* all: every row to every task; global: the lowest task; direct: explicit task ids (a
+  column on the Spark side, ``emit_batch(..., tasks=...)`` in a batch bolt);
+* local_or_shuffle: round-robin over the targets in this worker, if any;
+  load_aware: the batch is cut into as many slices as targets and each slice goes to
+  the less loaded of two random targets (power of two choices, per slice).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import random
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from spark_storm.errors import ConfigError
-from spark_storm.topology.hashing import SPARK_HASH_SEED
+from spark_storm.topology.hashing import (
+    MURMUR3_C1,
+    MURMUR3_C2,
+    MURMUR3_FMIX1,
+    MURMUR3_FMIX2,
+    MURMUR3_H1_ADD,
+    SPARK_HASH_SEED,
+)
+from spark_storm.topology.model import Component, Input
 
-__all__ = ["Router", "spark_hash"]
+__all__ = ["Router", "make_batch_router", "spark_hash", "split_by_task"]
 
-_BINARY_TYPES = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
-_C1 = np.uint32(0xCC9E2D51)
-_C2 = np.uint32(0x1B873593)
+_C1 = np.uint32(MURMUR3_C1)
+_C2 = np.uint32(MURMUR3_C2)
 
 
 def _rotl(x: Any, r: int) -> Any:
@@ -39,15 +54,15 @@ def _mix_k1(k1: Any) -> Any:
 
 def _mix_h1(h1: Any, k1: Any) -> Any:
     h1 = h1 ^ k1
-    return _rotl(h1, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+    return _rotl(h1, 13) * np.uint32(5) + np.uint32(MURMUR3_H1_ADD)
 
 
 def _fmix(h1: Any, length: Any) -> Any:
     h1 = h1 ^ length.astype(np.uint32)
     h1 = h1 ^ (h1 >> np.uint32(16))
-    h1 = h1 * np.uint32(0x85EBCA6B)
+    h1 = h1 * np.uint32(MURMUR3_FMIX1)
     h1 = h1 ^ (h1 >> np.uint32(13))
-    h1 = h1 * np.uint32(0xC2B2AE35)
+    h1 = h1 * np.uint32(MURMUR3_FMIX2)
     return h1 ^ (h1 >> np.uint32(16))
 
 
@@ -130,20 +145,27 @@ def spark_hash(columns: Sequence[pa.Array]) -> Any:
 
 
 class Router:
-    """Routes the rows of record batches of one writer task (partition) to task ids.
+    """Routes the rows of record batches to task ids, for one sender and one subscription.
 
     Parameters
     ----------
     tasks : sequence of int
-        The entry component's tasks.
+        The consumer component's tasks.
     grouping : str
-        The source's declared grouping (or "direct" with ``task_column``).
+        ``shuffle``/``none``, ``fields``, ``all``, ``global``, ``direct``,
+        ``local_or_shuffle`` or ``load_aware``.
     key_columns : sequence of str
         Columns hashed by fields grouping.
     task_column : str, optional
-        Column holding explicit task ids (direct).
-    partition : int
-        The Spark partition id: offsets the round-robin start.
+        Column holding explicit task ids (direct, Spark side).
+    start : int
+        Round-robin start (the Spark partition id; any offset for batch bolts).
+    order : sequence of int, optional
+        Round-robin order (default: the sorted tasks); a subset for local_or_shuffle.
+    load : callable, optional
+        ``load(tasks) -> {task: 0..1}`` for load_aware.
+    rng : random.Random, optional
+        For load_aware's choices.
     """
 
     def __init__(
@@ -152,24 +174,33 @@ class Router:
         grouping: str,
         key_columns: Sequence[str] = (),
         task_column: str | None = None,
-        partition: int = 0,
+        start: int = 0,
+        order: Sequence[int] | None = None,
+        load: Any = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.tasks = np.asarray(sorted(tasks), dtype=np.int64)
         self.grouping = "direct" if task_column else grouping
         self.key_columns = list(key_columns)
         self.task_column = task_column
-        self._next = partition
+        self._order = np.asarray(order if order else sorted(tasks), dtype=np.int64)
+        self._next = start % len(self._order) if len(self._order) else 0
+        self._load = load
+        self._rng = rng or random.Random()
 
-    def route(self, batch: pa.RecordBatch) -> Any | None:
+    def route(self, batch: pa.RecordBatch, tasks: Any = None) -> Any | None:
         """Task id per row (numpy int64), or None for "all" (every row to every task).
+
+        ``tasks`` gives explicit ids for direct grouping (an int for every row, or one
+        per row) when there is no task column.
 
         Raises
         ------
         ValueError
-            Direct routing found task ids outside the component's tasks (names them).
+            Direct routing found task ids outside the component's tasks (names them), or
+            direct routing got no task ids.
         """
         n = batch.num_rows
-        n_tasks = len(self.tasks)
         g = self.grouping
         if g == "all":
             return None
@@ -177,26 +208,85 @@ class Router:
             return np.full(n, self.tasks[0], dtype=np.int64)
         if g == "fields":
             h = spark_hash([batch.column(c) for c in self.key_columns]).astype(np.int64)
-            return self.tasks[np.mod(h, n_tasks)]
+            return self.tasks[np.mod(h, len(self.tasks))]
         if g == "direct":
-            assert self.task_column is not None
+            return self._direct(batch, tasks)
+        if g == "load_aware" and len(self.tasks) > 1 and self._load is not None:
+            return self._load_aware(n)
+        order = self._order
+        idx = (self._next + np.arange(n, dtype=np.int64)) % len(order)
+        self._next = (self._next + n) % len(order)
+        return order[idx]
+
+    def _direct(self, batch: pa.RecordBatch, tasks: Any) -> Any:
+        if self.task_column is not None:
             col = batch.column(self.task_column)
             if col.null_count:
                 msg = f"taskColumn {self.task_column!r} has {col.null_count} null task ids; every row needs one"
                 raise ValueError(msg)
             ids = np.asarray(col.cast(pa.int64()).to_numpy(zero_copy_only=False))
-            bad = ~np.isin(ids, self.tasks)
-            if bad.any():
-                shown = sorted(set(ids[bad].tolist()))[:10]
-                msg = (
-                    f"taskColumn {self.task_column!r} holds task ids {shown} outside the component's tasks "
-                    f"{self.tasks[0]}..{self.tasks[-1]} ({int(bad.sum())} rows); fix the column or the topology"
-                )
+            what = f"taskColumn {self.task_column!r}"
+        elif tasks is None:
+            msg = "this stream uses direct grouping: pass the task ids, emit_batch(data, tasks=...)"
+            raise ValueError(msg)
+        elif isinstance(tasks, int):
+            ids = np.full(batch.num_rows, tasks, dtype=np.int64)
+            what = "tasks"
+        else:
+            ids = np.asarray(tasks, dtype=np.int64)
+            what = "tasks"
+            if len(ids) != batch.num_rows:
+                msg = f"direct grouping got {len(ids)} task ids for {batch.num_rows} rows; give one per row"
                 raise ValueError(msg)
-            return ids
-        idx = (self._next + np.arange(n, dtype=np.int64)) % n_tasks
-        self._next = (self._next + n) % n_tasks
-        return self.tasks[idx]
+        bad = ~np.isin(ids, self.tasks)
+        if bad.any():
+            shown = sorted(set(ids[bad].tolist()))[:10]
+            msg = (
+                f"{what} holds task ids {shown} outside the component's tasks "
+                f"{self.tasks[0]}..{self.tasks[-1]} ({int(bad.sum())} rows); fix the ids or the topology"
+            )
+            raise ValueError(msg)
+        return ids
+
+    def _load_aware(self, n: int) -> Any:
+        targets = self.tasks.tolist()
+        out = np.empty(n, dtype=np.int64)
+        slices = min(len(targets), n) or 1
+        bounds = np.linspace(0, n, slices + 1).astype(np.int64)
+        for lo, hi in itertools.pairwise(bounds):
+            a, b = self._rng.sample(targets, 2)
+            loads = self._load((a, b))
+            out[lo:hi] = a if loads.get(a, 0.0) <= loads.get(b, 0.0) else b
+        return out
+
+
+def make_batch_router(
+    inp: Input,
+    source: Component,
+    targets: Sequence[int],
+    *,
+    local_tasks: Iterable[int] = (),
+    load: Any = None,
+    rng: random.Random | None = None,
+) -> Router:
+    """Build the router of one (sender, subscription): the vectorised twin of ``grouping.make_grouper``."""
+    rng = rng or random.Random()
+    g = inp.grouping
+    if g == "fields":
+        declared = source.fields_of(inp.stream)
+        missing = [f for f in inp.fields if f not in declared]
+        if missing:  # pragma: no cover - Topology validation rejects it
+            msg = f"fields grouping on {missing}, which {source.id!r} does not declare"
+            raise ConfigError(msg)
+        return Router(targets, "fields", inp.fields)
+    order = list(targets)
+    if g in ("shuffle", "none", "local_or_shuffle"):
+        if g == "local_or_shuffle":
+            local = set(local_tasks)
+            order = [t for t in targets if t in local] or order
+        rng.shuffle(order)
+        return Router(targets, "shuffle", order=order, start=rng.randrange(len(order)))
+    return Router(targets, g, load=load, rng=rng)
 
 
 def split_by_task(
@@ -207,6 +297,9 @@ def split_by_task(
         return [(int(t), batch) for t in all_tasks]
     if len(tasks) == 0:
         return []
+    first = tasks[0]
+    if (tasks == first).all():  # one destination: no copy
+        return [(int(first), batch)]
     order = np.argsort(tasks, kind="stable")
     sorted_tasks = tasks[order]
     bounds = np.flatnonzero(np.diff(sorted_tasks)) + 1
