@@ -694,7 +694,7 @@ class TupleExecutor(Executor):
                 self._run_tuples(task, tuples)
         return weight
 
-    def _run_tuples(self, task: int, tuples: list[Tuple]) -> None:
+    def _run_tuples(self, task: int, tuples: list[Tuple], tick: bool = False) -> None:
         if not tuples:
             return
         execute = self.bolts[task].execute
@@ -717,6 +717,9 @@ class TupleExecutor(Executor):
                 except Exception as exc:
                     self._bolt_error(task, tup, exc)
         stats.busy_s += _now() - start
+        if tick:  # ticks are not data: counted apart, not in executed
+            stats.ticks += 1
+            return
         stats.executed += len(tuples)
         stats.batches += 1
         stats.sample(sampled - start)
@@ -740,7 +743,7 @@ class TupleExecutor(Executor):
     def _tick(self) -> None:
         tick = Tuple([time.time()], TICK_SOURCE)
         for task in self.bolts:
-            self._run_tuples(task, [tick])
+            self._run_tuples(task, [tick], tick=True)
 
 
 class BatchExecutor(Executor):
@@ -810,7 +813,7 @@ class BatchExecutor(Executor):
             batch.anchors = anchors
         return batch
 
-    def _run_batch(self, task: int, batch: ColumnarBatch) -> None:
+    def _run_batch(self, task: int, batch: ColumnarBatch, tick: bool = False) -> None:
         stats = self.stats[task]
         start = _now()
         try:
@@ -819,6 +822,9 @@ class BatchExecutor(Executor):
             self._bolt_error(task, batch, exc)
         elapsed = _now() - start
         stats.busy_s += elapsed
+        if tick:
+            stats.ticks += 1
+            return
         stats.executed += batch.num_rows
         stats.batches += 1
         stats.sample(elapsed)
@@ -830,7 +836,7 @@ class BatchExecutor(Executor):
 
         tick = ColumnarBatch(pa.record_batch({"ts": [time.time()]}), TICK_SOURCE)
         for task in self.bolts:
-            self._run_batch(task, tick)
+            self._run_batch(task, tick, tick=True)
 
 
 def make_executor(

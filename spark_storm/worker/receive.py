@@ -481,7 +481,7 @@ class Receiver:
         if should_log:
             where = f"written to {self._dead_letter_path}" if self._dead_letter_path else "dropped"
             logger.warning(
-                "worker %s: message for task %d, which this worker does not run (nor any other of the topology), %s (%d such so far)",
+                "worker %s: message for task %d, which this worker does not run (nor does any other), %s (%d so far)",
                 self._host.slot,
                 task,
                 where,

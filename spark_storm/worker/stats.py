@@ -74,6 +74,7 @@ class TaskStats:
         "failed",
         "latency_sum_s",
         "rate",
+        "ticks",
     )
 
     def __init__(self, window_s: float = 30.0) -> None:
@@ -83,6 +84,7 @@ class TaskStats:
         self.acked = 0
         self.failed = 0
         self.errors = 0
+        self.ticks = 0
         self.busy_s = 0.0
         self.latency_sum_s = 0.0
         self._window = window_s
@@ -120,6 +122,7 @@ class TaskStats:
             "acked": self.acked,
             "failed": self.failed,
             "errors": self.errors,
+            "ticks": self.ticks,
             "rate": round(self.rate, 1),
             "latency_ms": round(self.busy_s / self.executed * 1000, 4) if self.executed else 0.0,
             "latency_p50_ms": None if p50 is None else round(p50 * 1000, 4),

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.tuples import Tuple
 
 
@@ -74,3 +75,49 @@ class DirectEmitter(RecordingBolt):
         self.keys[str(tup.values[0])] += 1
         self.collector.emit_direct(targets[n % len(targets)], [tup.values[0], n])
         self.collector.ack(tup)
+
+
+class BatchRecordingBolt(BatchBolt):
+    """The columnar twin of RecordingBolt: counts rows per key (column 0), forwards the
+    batch when it declares outputs, records ticks and batch sizes, writes
+    ``<record.dir>/<component>-<task>.json`` at cleanup."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: BatchOutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.keys: Counter[str] = Counter()
+        self.ticks = 0
+        self.batches = 0
+        self.kinds: Counter[str] = Counter()
+        self.forward = bool(context.output_fields)
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            self.ticks += 1
+            return
+        keys = [str(k) for k in batch.data.column(0).to_pylist()]
+        if "boom" in keys and self.conf.get("record.boom.component") in (None, self.context.component_id):
+            msg = "boom on purpose"
+            raise RuntimeError(msg)
+        self.batches += 1
+        self.kinds[batch.source_component] += 1
+        self.keys.update(keys)
+        if self.forward:
+            self.collector.emit_batch(batch.data, anchors=batch)
+        self.collector.ack(batch)
+
+    def cleanup(self) -> None:
+        out = Path(str(self.conf["record.dir"])) / f"{self.context.component_id}-{self.context.task_id}.json"
+        out.write_text(
+            json.dumps(
+                {
+                    "component": self.context.component_id,
+                    "task": self.context.task_id,
+                    "count": sum(self.keys.values()),
+                    "keys": self.keys,
+                    "ticks": self.ticks,
+                    "batches": self.batches,
+                    "sources": self.kinds,
+                    "broadcast": 0,
+                }
+            )
+        )
