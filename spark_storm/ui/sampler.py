@@ -23,7 +23,7 @@ from typing import Any
 
 from spark_storm.ui.source import ClusterSource, ClusterState, TopologyRef, WorkerRef
 
-__all__ = ["ExecutorCounts", "Sample", "Sampler", "Snapshot", "TopologyReading", "WorkerReading"]
+__all__ = ["ExecutorCounts", "Sample", "Sampler", "Snapshot", "TopologyReading", "WorkerReading", "busy_ms"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class ExecutorCounts:
-    """An executor's counters summed over its tasks; ``busy_ms`` = executed x mean latency."""
+    """An executor's counters summed over its tasks; ``busy_ms`` = time spent in execute."""
 
     component: str
     executed: int
@@ -70,6 +70,13 @@ class ExecutorCounts:
 Sample = tuple[float, Mapping[tuple[str, str], ExecutorCounts]]
 
 
+def busy_ms(task: Mapping[str, Any]) -> float:
+    """Milliseconds a task spent executing: the worker's ``busy_s``, else executed x mean latency."""
+    if isinstance(task.get("busy_s"), int | float):
+        return float(task["busy_s"]) * 1000
+    return float(task.get("executed", 0)) * float(task.get("latency_ms", 0.0))
+
+
 def executor_counts(health: Mapping[str, Any]) -> dict[str, ExecutorCounts]:
     """Sum a worker's ``/health`` task counters per executor."""
     out = {}
@@ -81,7 +88,7 @@ def executor_counts(health: Mapping[str, Any]) -> dict[str, ExecutorCounts]:
             emitted=sum(int(t.get("emitted", 0)) for t in tasks),
             acked=sum(int(t.get("acked", 0)) for t in tasks),
             failed=sum(int(t.get("failed", 0)) for t in tasks),
-            busy_ms=sum(float(t.get("executed", 0)) * float(t.get("latency_ms", 0.0)) for t in tasks),
+            busy_ms=sum(busy_ms(t) for t in tasks),
         )
     return out
 

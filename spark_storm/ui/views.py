@@ -7,9 +7,11 @@ added under our own names (``rate``, ``latencyP50Ms``, ``latencyP99Ms``, ``queue
 ``backpressure``, ``writers``).  A number the workers do not report is ``null`` — never a
 made-up zero — and the pages show it as "—".
 
-Rates and capacity the workers do not report are computed here from two readings of
-their counters ``ui.rate.window.secs`` apart: rate = executed delta / seconds, capacity =
-(executed x mean latency) delta / window, which is Storm's definition of capacity.
+Rate and capacity are measured here from two readings of the workers' counters
+``ui.rate.window.secs`` apart: rate = executed delta / seconds, capacity = time spent in
+``execute`` (``busy_s``, else executed x mean latency) delta / seconds — Storm's definition,
+for the executor's thread.  A worker's own ``rate`` / ``capacity`` keys cover only the time
+since whoever read it last, so they are shown only until the UI has two readings.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from spark_storm import __version__
-from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading
+from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, busy_ms
 
 __all__ = [
     "chart_history",
@@ -268,6 +270,13 @@ def _num(d: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+def _sum_or_none(values: Iterable[float | None]) -> int | None:
+    vals = list(values)
+    if not vals or any(v is None for v in vals):
+        return None
+    return int(sum(v for v in vals if v is not None))
+
+
 def _max_or_none(values: Iterable[float | None]) -> float | None:
     vals = list(values)
     if not vals or any(v is None for v in vals):
@@ -283,14 +292,17 @@ def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[f
         for name, ex in (w.health.get("executors") or {}).items():
             tasks = ex.get("tasks") or {}
             q = ex.get("queue") or {}
+            # The UI's own measurement over its window first: a worker's instantaneous rate and
+            # capacity cover the time since whoever read it last (the UI, the demo, a scrape).
             measured = rates.get((w.ref.id, name))
-            capacity = _num(ex, "capacity")
-            if capacity is None and measured is not None:
-                capacity = measured[1]
             task_rates = [_num(t, "rate") for t in tasks.values()]
-            rate = sum(r for r in task_rates if r is not None) if tasks and None not in task_rates else None
-            if rate is None and measured is not None:
-                rate = measured[0]
+            rate: float | None
+            capacity: float | None
+            if measured is not None:
+                rate, capacity = measured
+            else:
+                rate = sum(r for r in task_rates if r is not None) if tasks and None not in task_rates else None
+                capacity = _num(ex, "capacity")
             rows.append(
                 {
                     "id": name,
@@ -392,7 +404,7 @@ def _components(
         rows = by[cid]
         tasks = [t for r in rows for t in r["_tasks"].values()]
         executed = sum(r["executed"] for r in rows)
-        busy = sum(float(t.get("executed", 0)) * float(t.get("latency_ms", 0.0)) for t in tasks)
+        busy = sum(busy_ms(t) for t in tasks)
         rates = [r["rate"] for r in rows]
         capacities = [None if r["capacity"] is None else float(r["capacity"]) for r in rows]
         last = next((e for e in errors or () if e["component"] == cid), None)
@@ -410,6 +422,7 @@ def _components(
                 "failed": sum(r["failed"] for r in rows),
                 "transferred": None,
                 "errorCount": sum(r["errors"] for r in rows),
+                "ticks": _sum_or_none(_num(t, "ticks") for t in tasks),
                 "rate": None if None in rates else round(sum(r for r in rates if r is not None), 1),
                 "executeLatency": _f3(busy / executed) if executed else None,
                 "processLatency": None,

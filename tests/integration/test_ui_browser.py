@@ -58,10 +58,11 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def ui_cluster(tmp_path: Path) -> Iterator[UICluster]:
-    run = UICluster(tmp_path, pipeline(tmp_path / "records")).start()
+def ui_cluster(tmp: Path) -> Iterator[UICluster]:
+    run = UICluster(tmp, pipeline(tmp / "records")).start()
     yield run
-    run.stop()
+    if not run.stopped:
+        run.stop()
 
 
 _READ_TABLE = """

@@ -1,4 +1,4 @@
-"""A real local cluster, a raw client feeding its source, and the UI over it (tests of the UI)."""
+"""A real local cluster, a raw client feeding its source (tests/integration/runs.py), and the UI over it."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import msgpack
-import yaml
-
 from spark_storm.config import load_config
-from spark_storm.messaging import IConnection, IContext, TaskMessage
-from spark_storm.topology import Slot
-from spark_storm.transport import make_context
 from spark_storm.ui import UIServer, local_ui
-from spark_storm.worker.cluster import LocalCluster
 from tests.helpers import wait_until
+from tests.integration.runs import Run
 
 BOLT = "tests.integration.bolts:RecordingBolt"
 
@@ -47,20 +41,14 @@ def pipeline(record_dir: Path) -> dict[str, Any]:
     }
 
 
-class UICluster:
-    """Start with :meth:`start`; always :meth:`stop` (the fixture does)."""
+class UICluster(Run):
+    """A :class:`Run` with the UI over it; start with :meth:`start`, always :meth:`stop` (the fixture does)."""
 
     def __init__(self, tmp: Path, topo: dict[str, Any], workers: int = 2, **ui_conf: Any) -> None:
-        (tmp / "records").mkdir(exist_ok=True)
-        path = tmp / "topology.yaml"
-        path.write_text(yaml.safe_dump(topo))
-        self.cluster = LocalCluster(str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20})
-        self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
-        self.conns: dict[Slot, IConnection] = {}
+        super().__init__(tmp, topo, workers)
         conf = load_config(None, {"ui.sample.interval.ms": 250, "ui.rate.window.secs": 2, **ui_conf})
         self.ui: UIServer = local_ui(self.cluster.heartbeat_dir, conf, "127.0.0.1", 0)
         self.sent = 0
-        self._running = False
 
     @property
     def name(self) -> str:
@@ -71,24 +59,13 @@ class UICluster:
         return f"http://127.0.0.1:{self.ui.port}"
 
     def start(self) -> UICluster:
-        self._running = True
-        self.cluster.start()
-        self.conns = {s: self.ctx.connect(self.name, s.host, s.port) for s in self.cluster.slots}
+        super().start()
         self.ui.start()
         return self
 
     def send(self, n: int, keys: int = 13) -> None:
-        """Send ``n`` rows to the source tasks; return once every worker accepted them."""
-        plan = self.cluster.plan
-        sources = list(plan.component_tasks["in"])
-        batches: dict[Slot, list[TaskMessage]] = {}
-        for i in range(self.sent, self.sent + n):
-            task = sources[i % len(sources)]
-            batches.setdefault(plan.task_slot[task], []).append(TaskMessage(task, msgpack.packb([f"k{i % keys}", i])))
-        for slot, msgs in batches.items():
-            self.conns[slot].send(msgs)
-        for conn in self.conns.values():
-            assert conn.flush(30), conn.metrics()
+        """Send ``n`` more rows to the source tasks; return once every worker accepted them."""
+        self.send_to_sources([[f"k{i % keys}", i] for i in range(self.sent, self.sent + n)])
         self.sent += n
 
     def get(self, path: str) -> Any:
@@ -135,10 +112,7 @@ class UICluster:
             timeout=timeout,
         )
 
-    def stop(self) -> dict[Slot, int]:
-        if not self._running:
-            return {}
-        self._running = False
+    def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
+        """Close the UI, stop the workers (ordered); return what the recording bolts counted."""
         self.ui.close()
-        self.ctx.term()
-        return self.cluster.stop()
+        return super().stop()

@@ -170,6 +170,10 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
             "ackLatencyP99Ms": 9.0,
         }
     ]
+    # once the UI has two readings, its own measurement over its window wins
+    hist = [_sample(0.0, 0, 0.0), _sample(2.0, 100, 500.0)]
+    (comp,) = views.topology_detail(_snap(reading), reading, hist, window_s=5)["bolts"]
+    assert (comp["rate"], comp["capacity"]) == (50.0, "0.250")
     comp_detail = views.component_detail(_snap(reading), reading, [], 5, "split")
     assert comp_detail is not None
     assert [t["rate"] for t in comp_detail["taskStats"]] == [40.0, 10.0]
@@ -210,6 +214,10 @@ def test_chart_history_is_executed_per_second_per_component() -> None:
     assert out["times"] == [12.0, 13.0]
     assert out["executedPerSecond"] == {"split": [50.0, 300.0]}
     assert executor_counts(_health(executed=5))["split[1-2]"] == ExecutorCounts("split", 10, 10, 10, 0, 5.0)
+    with_busy = _health(executed=5)
+    for t in with_busy["executors"]["split[1-2]"]["tasks"].values():
+        t["busy_s"] = 0.25  # the worker's own clock of time in execute wins over executed x mean
+    assert executor_counts(with_busy)["split[1-2]"].busy_ms == 500.0
 
 
 # ---------------------------------------------------------------------- the heartbeat source

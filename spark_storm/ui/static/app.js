@@ -176,6 +176,7 @@ async function refreshCluster() {
 }
 
 // ------------------------------------------------------------------ topology page
+const compact = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
 const charts = new Map(); // component -> {plot, node, title}
 window.sparkStormCharts = charts; // read by the browser test: what each chart holds
 
@@ -216,7 +217,14 @@ function drawCharts(history) {
               space: 70,
               values: (u, splits) => splits.map((t) => new Date(t * 1000).toLocaleTimeString("en-GB")),
             },
-            { stroke: "#667085", grid: { stroke: "#eef0f3" }, ticks: { stroke: "#e3e6eb" }, size: 48, font: "11px system-ui" },
+            {
+              stroke: "#667085",
+              grid: { stroke: "#eef0f3" },
+              ticks: { stroke: "#e3e6eb" },
+              size: 50,
+              font: "11px system-ui",
+              values: (u, splits) => splits.map((v) => compact.format(v)),
+            },
           ],
           series: [{}, { label: "executed/s", stroke: "#2f6fad", width: 1.5, fill: "rgba(47,111,173,0.12)", points: { show: false } }],
         },
@@ -300,8 +308,8 @@ async function refreshTopology() {
         cell("failed", fmt.int(c.failed), c.failed ? "num hot" : "num"),
         cell("rate", fmt.num(c.rate), "num"),
         cell("executeLatency", fmt.str(c.executeLatency), "num"),
-        cell("latencyP50Ms", fmt.str(c.latencyP50Ms), "num"),
-        cell("latencyP99Ms", fmt.str(c.latencyP99Ms), "num"),
+        cell("latencyP50Ms", fmt.ms(c.latencyP50Ms), "num"),
+        cell("latencyP99Ms", fmt.ms(c.latencyP99Ms), "num"),
         capacityCell(c.capacity),
         cell("queue", `${fmt.int(c.queuePopulation)} / ${fmt.int(c.queueCapacity)}`, "num"),
         cell("backpressure", c.backpressureExecutors ? badge(`${c.backpressureExecutors} exec`, "bp") : "no"),
@@ -460,8 +468,8 @@ async function refreshComponent() {
         cell("failed", fmt.int(t.failed), "num"),
         cell("rate", fmt.num(t.rate), "num"),
         cell("executeLatency", fmt.str(t.executeLatency), "num"),
-        cell("latencyP50Ms", fmt.str(t.latencyP50Ms), "num"),
-        cell("latencyP99Ms", fmt.str(t.latencyP99Ms), "num"),
+        cell("latencyP50Ms", fmt.ms(t.latencyP50Ms), "num"),
+        cell("latencyP99Ms", fmt.ms(t.latencyP99Ms), "num"),
         cell("errors", fmt.int(t.errors), "num"),
       ),
     ),
