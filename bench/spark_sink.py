@@ -1,10 +1,13 @@
-"""Sustained rows/s of one streaming query into five sinks, measured in the same run.
+"""Sustained rows/s of one streaming query into six sinks, measured in the same run.
 
 (a) Spark's ``noop`` sink; (b) a do-nothing ``DataSourceStreamArrowWriter`` that only
 counts rows (the ceiling of any Python sink); (c) ``format("storm")`` with
-``delivery=accepted`` into 2 workers whose source bolt is a no-op; (d) ``foreachBatch``
-through ``storm_sink``; (e) Spark's own Kafka sink into a local broker (started here,
-``acks=all``, one topic with 2 partitions) -- what a user would pick instead of storm.
+``delivery=accepted`` into 2 workers whose source bolt is a no-op tuple bolt (every row
+becomes a Python tuple); (d) ``foreachBatch`` through ``storm_sink`` (same topology);
+(e) Spark's own Kafka sink into a local broker (started here, ``acks=all``, one topic
+with 2 partitions) -- what a user would pick instead of storm; (f) ``format("storm")``
+into 2 workers whose source bolt is a no-op *batch* bolt (Spark's Arrow reaches the bolt
+as it was sent).
 The Kafka sink needs a string/binary value, so (e) casts the long to a string.
 Rate source (``rate-micro-batch``: the same fixed number of rows in every micro-batch, so
 each sink gets identical batches whatever its speed), 1 s trigger, local[2].  The figure
@@ -72,21 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-batch", type=int, default=500_000)
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-"))
-    topo = {
-        "name": "benchsink",
-        "components": [
-            {
-                "id": "in",
-                "source": True,
-                "fields": ["value"],
-                "parallelism": 2,
-                "tasks": 4,
-                "bolt": "spark_storm.examples.noop:NoopBolt",
-            },
-        ],
-    }
-    topo_path = tmp / "topology.yaml"
-    topo_path.write_text(yaml.safe_dump(topo))
+
+    def topology(name: str, bolt: str) -> Path:
+        source = {"id": "in", "source": True, "fields": ["value"], "parallelism": 2, "tasks": 4, "bolt": bolt}
+        path = tmp / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"name": name, "components": [source]}))
+        return path
+
+    topo_path = topology("benchsink", "spark_storm.examples.noop:NoopBolt")
+    batch_path = topology("benchsinkbatch", "spark_storm.examples.noop:NoopBatchBolt")
     try:
         jars = connector_jars(delta=False)
     except FileNotFoundError as exc:
@@ -127,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
             ),
             args.seconds,
         )
+    with LocalCluster(str(batch_path), 2) as cluster:
+        results["f format(storm), batch bolt"] = measure(
+            lambda: start_with("storm", topology=str(batch_path), workers=cluster.workers_arg, delivery="accepted"),
+            args.seconds,
+        )
     if jars:
         broker = KafkaBroker(tmp / "kafka")
         bootstrap = broker.start()
@@ -156,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nrate-micro-batch, {args.rows_per_batch:,} rows per batch, 1 s trigger, local[2]; median after warm-up")
     for name, rate in results.items():
         print(f"  {name:28s} {rate:14,.0f} rows/s")
-    c = results["c format(storm)"]
-    ratios = f"  c/b = {c / results['b counting Arrow writer']:.2f}   c/a = {c / results['a noop']:.2f}"
+    b = results["b counting Arrow writer"]
+    c, f = results["c format(storm)"], results["f format(storm), batch bolt"]
+    ratios = f"  c/b = {c / b:.2f}   c/a = {c / results['a noop']:.2f}   f/b = {f / b:.2f}"
     if "e Spark Kafka sink" in results:
-        ratios += f"   c/e = {c / results['e Spark Kafka sink']:.2f}"
+        e = results["e Spark Kafka sink"]
+        ratios += f"   c/e = {c / e:.2f}   f/e = {f / e:.2f}"
     print(ratios)
     return 0
 

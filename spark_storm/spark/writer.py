@@ -148,10 +148,13 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        tasks = router.route(rb)
         payload_cols = rb.select(list(options.columns))
+        if router.grouping == "direct" or router.grouping == "fields":  # routing columns may not be sent
+            pieces = split_by_task(payload_cols, router.route(rb), options.tasks)
+        else:
+            pieces = router.split(payload_cols)
         by_slot: dict[Slot, list[TaskMessage]] = {}
-        for task, rows in split_by_task(payload_cols, tasks, options.tasks):
+        for task, rows in pieces:
             by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
         for slot in sorted(by_slot):
             msgs = by_slot[slot]

@@ -3,10 +3,11 @@
 Row -> task is computed per column with numpy, never per Python row, and agrees exactly
 with the per-tuple groupers (``spark_storm.topology.grouping``) for the same topology:
 
-* shuffle (and none): rows go round-robin over the targets from a start offset — the
-  Spark writer starts at its partition id over the sorted tasks (deterministic, so a
-  retried task sends the same groups), a batch bolt's router from a random start over a
-  shuffled order, as the tuple ``ShuffleGrouper`` does;
+* shuffle (and none): a batch is cut into one contiguous slice per target (sizes differ
+  by at most one row; slices cost no copy), the first slice to the target after the one
+  that got the previous batch's first slice — the Spark writer starts at its partition
+  id over the sorted tasks (deterministic, so a retried task sends the same groups), a
+  batch bolt's router from a random start over a shuffled order;
 * fields: Spark's ``hash(cols)`` (Murmur3 x86_32, seed 42, integers as longs) in numpy,
   then ``pmod(hash, n)`` — the same value ``topology.hashing.fields_hash`` gives (the
   two are twins: they share the constants, and a property test checks them row by row);
@@ -180,6 +181,8 @@ class Router:
         rng: random.Random | None = None,
     ) -> None:
         self.tasks = np.asarray(sorted(tasks), dtype=np.int64)
+        if grouping in ("none", "local_or_shuffle") or (grouping == "load_aware" and load is None):
+            grouping = "shuffle"  # a sender with no local tasks or loads to weigh: plain shuffle
         self.grouping = "direct" if task_column else grouping
         self.key_columns = list(key_columns)
         self.task_column = task_column
@@ -211,12 +214,36 @@ class Router:
             return self.tasks[np.mod(h, len(self.tasks))]
         if g == "direct":
             return self._direct(batch, tasks)
-        if g == "load_aware" and len(self.tasks) > 1 and self._load is not None:
+        if g == "load_aware" and len(self.tasks) > 1:
             return self._load_aware(n)
         order = self._order
         idx = (self._next + np.arange(n, dtype=np.int64)) % len(order)
         self._next = (self._next + n) % len(order)
         return order[idx]
+
+    def split(self, batch: pa.RecordBatch, tasks: Any = None) -> list[tuple[int, pa.RecordBatch]]:
+        """Cut ``batch`` into (task, rows) pieces (stable order within each task).
+
+        Shuffle cuts contiguous slices (zero copy); other groupings route every row and
+        gather each task's rows.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`route`.
+        """
+        if self.grouping == "shuffle":
+            order = self._order
+            k = len(order)
+            n = batch.num_rows
+            bounds = np.linspace(0, n, min(k, n) + 1).astype(np.int64) if n else np.zeros(1, np.int64)
+            first = self._next
+            self._next = (self._next + 1) % k
+            return [
+                (int(order[(first + i) % k]), batch.slice(int(lo), int(hi - lo)))
+                for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
+            ]
+        return split_by_task(batch, self.route(batch, tasks), self.tasks.tolist())
 
     def _direct(self, batch: pa.RecordBatch, tasks: Any) -> Any:
         if self.task_column is not None:
@@ -300,6 +327,11 @@ def split_by_task(
     first = tasks[0]
     if (tasks == first).all():  # one destination: no copy
         return [(int(first), batch)]
+    cuts = np.flatnonzero(np.diff(tasks)) + 1
+    if len(np.unique(tasks)) == len(cuts) + 1:  # each task's rows already contiguous: slices, no copy
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [len(tasks)]])
+        return [(int(tasks[lo]), batch.slice(int(lo), int(hi - lo))) for lo, hi in zip(starts, ends, strict=True)]
     order = np.argsort(tasks, kind="stable")
     sorted_tasks = tasks[order]
     bounds = np.flatnonzero(np.diff(sorted_tasks)) + 1

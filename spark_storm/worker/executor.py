@@ -472,7 +472,6 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         anchors: Sequence[ColumnarBatch] | ColumnarBatch | None = None,
         tasks: Any = None,
     ) -> None:
-        from spark_storm.topology.routing import split_by_task
         from spark_storm.worker.columnar import as_record_batch
 
         routes = self._routes.get(stream)
@@ -490,13 +489,12 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         if rb.num_rows == 0:
             return
         pieces: list[tuple[int, pa.RecordBatch]] = []
-        for grouping, router, targets in routes:
+        for grouping, router, _targets in routes:
             try:
-                per_row = router.route(rb, tasks if grouping == "direct" else None)
+                pieces.extend(router.split(rb, tasks if grouping == "direct" else None))
             except ValueError as exc:
                 msg = f"{where}: {exc}"
                 raise ConfigError(msg) from exc
-            pieces.extend(split_by_task(rb, per_row, targets))
         if not pieces:
             return
         emitter = self._emitter
