@@ -91,6 +91,7 @@ _OWNED_PREFIXES: Final = (
     "storm.zookeeper.",
     "nimbus.",
     "supervisor.",
+    "ui.",
 )
 
 

@@ -202,12 +202,26 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     slot = run.cluster.slots[0]
     hb = run.cluster.heartbeat(slot)
     assert hb is not None
-    wait_until(lambda: run.health(slot)["counters"]["received"] >= 30, what="30 received")
+
+    def stage2_executed() -> int:
+        executors = run.health(slot)["executors"].values()
+        return sum(t["executed"] for e in executors if e["component"] == "stage2" for t in e["tasks"].values())
+
+    wait_until(lambda: stage2_executed() == 30, what="30 executed by stage2")
     with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = r.read().decode()
-    assert "# TYPE spark_storm_bolt_executed_total counter" in text
-    assert 'spark_storm_queue_capacity{topology="three"' in text
-    assert 'component="stage2"' in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))  # each family once: no interleaving
+    by_name = {f.name: f for f in families}
+    assert by_name["spark_storm_bolt_executed"].type == "counter"
+    executed = [s for s in by_name["spark_storm_bolt_executed"].samples if s.labels["component"] == "stage2"]
+    assert sum(s.value for s in executed) == 30
+    assert all(s.labels["topology"] == "three" and s.name.endswith("_total") for s in executed)
+    assert {s.labels["queue"] for s in by_name["spark_storm_queue_capacity"].samples} >= {"transfer"}
     run.stop()
 
 
