@@ -19,6 +19,7 @@ from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, executor_counts
 from spark_storm.ui.source import ClusterState, TopologyRef, WorkerRef
 from spark_storm.worker.http import prometheus_text
+from tests.helpers import wait_until
 
 
 def _task(executed: int, latency_ms: float = 0.5, **extra: Any) -> dict[str, Any]:
@@ -239,6 +240,10 @@ def test_heartbeats_make_workers_alive_dead_or_stopped(tmp_path: Path) -> None:
     # A real process that looks like `spark-storm worker --port 7001` in /proc/<pid>/cmdline.
     code = "import time; time.sleep(60)"
     worker = subprocess.Popen([sys.executable, "-c", code, "spark_storm.cli", "worker", "--port", "7001"])
+    statm = Path(f"/proc/{worker.pid}/statm")
+    wait_until(  # the interpreter has loaded (right after fork the process is a few pages)
+        lambda: int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") > 2_000_000, what="python to start"
+    )
     try:
         _beat(tmp_path, 7001, worker.pid)
         _beat(tmp_path, 7002, worker.pid, age=60)  # stale
@@ -274,6 +279,10 @@ def test_heartbeats_make_workers_alive_dead_or_stopped(tmp_path: Path) -> None:
 def test_kill_waits_before_stopping_and_close_cancels_it(tmp_path: Path) -> None:
     code = "import time; time.sleep(60)"
     worker = subprocess.Popen([sys.executable, "-c", code, "spark_storm.cli", "worker", "--port", "7001"])
+    statm = Path(f"/proc/{worker.pid}/statm")
+    wait_until(  # the interpreter has loaded (right after fork the process is a few pages)
+        lambda: int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") > 2_000_000, what="python to start"
+    )
     try:
         _beat(tmp_path, 7001, worker.pid)
         source = LocalClusterSource(tmp_path)
