@@ -360,7 +360,7 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
     try:
         worker.start()
     except StormError:
-        worker.stop(0)  # what started (server, threads) goes down before the error is reported
+        worker.stop(5)  # what started (server, threads) goes down before the error is reported
         raise
     print(
         f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
