@@ -230,7 +230,7 @@ def test_processed_query_survives_a_worker_sigkilled_mid_stream_with_default_set
         failed_trees = sum(health(cluster, s)["acker"]["failed"] for s in cluster.slots if s != victim)
     finally:
         cluster.stop()
-    seen = set()
+    seen: set[int] = set()
     for path in (tmp_path / "records").glob("journal-next-*.jsonl"):
         seen.update(json.loads(line)[1] for line in path.read_text().splitlines())
     assert seen == set(range(n))  # every row reached the last bolt at least once
