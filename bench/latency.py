@@ -135,11 +135,11 @@ def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: in
     path = tmp / "topology.yaml"
     path.write_text(yaml.safe_dump(topo))
     cluster = LocalCluster(str(path), 2, overrides=overrides).start()
-    source_slot = cluster.plan.task_slot[1]
-    assert cluster.plan.task_slot[2] != source_slot  # the hop crosses workers
     ctx = make_context({"storm.messaging.transport": "tcp"})
     payload = msgpack.packb([0, "x" * 90])
     try:
+        source_slot = cluster.plan.task_slot[1]
+        assert cluster.plan.task_slot[2] != source_slot  # the hop crosses workers
         conn = ctx.connect("latency", source_slot.host, source_slot.port)
         conn.wait_ready(30)
         if rate is None:
