@@ -16,17 +16,28 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from spark_storm.worker.worker import Worker
+__all__ = ["Controllable", "WorkerCollector", "prometheus_text", "start_metrics_server"]
 
-__all__ = ["WorkerCollector", "prometheus_text", "start_metrics_server"]
+
+class Controllable(Protocol):
+    """What the endpoint needs from a worker: its metrics, and activate/deactivate."""
+
+    def metrics(self) -> dict[str, Any]:
+        """Everything countable, as :meth:`Worker.metrics` returns it."""
+
+    def activate(self) -> None:
+        """Let executors consume."""
+
+    def deactivate(self) -> None:
+        """Pause executors."""
+
 
 _SERVER_COUNTERS = ("received", "duplicates", "protocol_errors", "auth_failures", "callback_errors")
 _CONNECTION_COUNTERS = ("sent", "lost", "reconnects", "resent")
@@ -153,7 +164,7 @@ def prometheus_text(m: Mapping[str, Any]) -> str:
     return generate_latest(registry).decode("utf-8")
 
 
-def start_metrics_server(worker: Worker, host: str, port: int) -> tuple[ThreadingHTTPServer, int]:
+def start_metrics_server(worker: Controllable, host: str, port: int) -> tuple[ThreadingHTTPServer, int]:
     """Serve the endpoint on a daemon thread; return the server and its port."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker.metrics))
