@@ -122,6 +122,7 @@ class Worker:
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
         self.timer.every("message-timeout", min(1.0, self.settings.message_timeout_s / 10), self._expire_trees)
         self.timer.every("peers", 0.1, self._watch_peers)
+        self.timer.every("rates", 1.0, self._update_rates)
         self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
 
@@ -412,6 +413,10 @@ class Worker:
             except ConnectionClosedError:
                 return  # stopping
 
+    def _update_rates(self) -> None:
+        for executor in list(self.executors.values()):
+            executor.update_rates()
+
     def _expire_trees(self) -> None:
         expired = self.state.acker.expire(self.settings.message_timeout_s)
         if expired:
@@ -471,6 +476,15 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
+            "components": {
+                cid: {
+                    "source": c.source,
+                    "bolt": c.bolt,
+                    "parallelism": c.parallelism,
+                    "tasks": list(state.plan.component_tasks[cid]),
+                }
+                for cid, c in state.plan.topology.components.items()
+            },
         }
 
     def _start_metrics_http(self) -> None:
