@@ -428,7 +428,7 @@ class Worker:
             )
 
     def _watch_peers(self) -> None:
-        """Fail the pending trees when a connection to another worker drops (they may have passed through it).
+        """Fail the trees that passed through another worker when the connection to it drops.
 
         Only connections of the current plan count: one closed by a refresh is not a loss.
         """
@@ -437,10 +437,11 @@ class Worker:
         lost = (self._ready_peers & set(connections)) - ready
         self._ready_peers = ready
         if lost and not self._stopping.is_set():
-            failed = self.state.acker.fail_all()
+            slots = self.plan.slots
+            failed = sum(self.state.acker.peer_lost(slots.index(s)) for s in lost if s in slots)
             logger.warning(
-                "worker %s: lost the connection to %s; failed %d pending tuple trees that may have passed "
-                "through it (their groups are replayed)",
+                "worker %s: lost the connection to %s; failed %d pending tuple trees that passed through it "
+                "(their groups are replayed)",
                 self.slot,
                 ", ".join(map(str, sorted(lost))),
                 failed,
@@ -468,6 +469,7 @@ class Worker:
                 "completed": acker.completed,
                 "failed": acker.failed,
                 "timed_out": acker.timed_out,
+                "failed_on_peer_loss": acker.failed_on_peer_loss,
             },
             "held": self.transfer.held,
             "server": server.metrics() if server is not None else {},
