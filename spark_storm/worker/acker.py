@@ -16,12 +16,13 @@ memory.  Two things fail such trees, so the sender replays their groups:
   fails (:meth:`Acker.expire`, run by the worker's timer);
 * a lost peer — every ack of a tuple whose anchored children went to other workers says
   which (a bitmask of slot indexes), so each root knows the workers its tree passed
-  through.  When a connection to one of them drops, the trees that passed through it fail
-  at once (:meth:`Acker.peer_lost`), and so does a tree that learns later that it sent a
-  tuple to a worker lost since the tree began.  A tree whose tuple was still on its way
-  (held for the peer, and resent to it once restarted) fails too: its group is delivered
-  again (at-least-once through the bolts, as with Storm's timeout), in exchange for a
-  replay in milliseconds rather than after the timeout.
+  through.  When a connection to one of them drops, the trees that had passed through it
+  fail at once (:meth:`Acker.peer_lost`).  Trees whose tuples reach that worker only
+  after it dropped (held for it, delivered once it is back) are left alone.  A failed
+  tree whose tuple was in fact still on its way (resent to the restarted worker) is
+  delivered again (at-least-once through the bolts, as with Storm's timeout), in
+  exchange for a replay in milliseconds rather than after the timeout; the rare tree
+  whose ack naming the peer arrives after the drop is left to the timeout.
 
 Roots on other workers are updated with small messages to the reserved task id
 :data:`ACKER_TASK` on that worker.
@@ -61,7 +62,6 @@ class Acker:
         self._trackers: dict[int, GroupTracker] = {}
         self._born: dict[int, float] = {}  # insertion order is birth order: the oldest first
         self._touched: dict[int, int] = {}  # root -> bitmask of the slot indexes its tree passed through
-        self._lost: dict[int, float] = {}  # slot index -> when its connection last dropped
         self.completed = 0
         self.failed = 0
         self.timed_out = 0
@@ -91,17 +91,7 @@ class Acker:
             if root not in self._vals:
                 return  # already failed or completed (e.g. an ack after a fail)
             if touched:
-                born = self._born[root]
-                if any(touched >> s & 1 and lost > born for s, lost in self._lost.items()):
-                    tracker = self._pop(root)  # it sent a tuple to a worker that died since
-                    if tracker is not None:
-                        self.failed_on_peer_loss += 1
-                else:
-                    self._touched[root] = self._touched.get(root, 0) | touched
-                    tracker = None
-                if tracker is not None:
-                    tracker.fail()
-                    return
+                self._touched[root] = self._touched.get(root, 0) | touched
             current = self._vals[root] ^ value
             if current:
                 self._vals[root] = current
@@ -151,7 +141,6 @@ class Acker:
         """Fail the trees that passed through worker ``slot_index``, whose connection dropped; return how many."""
         bit = 1 << slot_index
         with self._lock:
-            self._lost[slot_index] = time.monotonic()
             roots = [r for r, mask in self._touched.items() if mask & bit]
             trackers = [t for t in (self._pop(r) for r in roots) if t is not None]
             self.failed_on_peer_loss += len(trackers)
