@@ -90,6 +90,10 @@ _OWNED_PREFIXES: Final = (
     "topology.worker.",
     "topology.serializer",
     "worker.",
+    "storm.zookeeper.",
+    "nimbus.",
+    "supervisor.",
+    "ui.",
 )
 
 

@@ -24,7 +24,7 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,8 +266,3 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
 def rows_of(messages: Iterable[Any]) -> int:
     """Total rows in a list of commit messages."""
     return sum(m.rows for m in messages if isinstance(m, StormCommitMessage))
-
-
-def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
-    """Accept record batches (Arrow writers) as they come."""
-    yield from iterator

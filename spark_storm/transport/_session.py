@@ -283,7 +283,6 @@ class SessionTable:
 
 #: A hook for frames of the delivery protocol (issue: Spark integration); receives the
 #: frame and a function that writes a reply frame to the same peer.
-ControlHook = Callable[[object, Callable[[object], None]], None]
 
 
 class ServerPeer:

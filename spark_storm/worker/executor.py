@@ -661,13 +661,20 @@ class Executor:
         elif self.policy == "stop":
             self.host.request_stop(f"bolt {self.component.id} task {task} raised {exc!r} (policy stop)")
 
+    def update_rates(self) -> None:
+        """Measure every task's rate and capacity over the last period (the worker's timer)."""
+        for stats in self.stats.values():
+            stats.update_rates()
+
     def metrics(self) -> dict[str, Any]:
         tasks = {t: s.snapshot() for t, s in self.stats.items()}
         return {
             "component": self.spec.component,
+            "source": self.component.source,
             "kind": self.kind,
             "queue": self.queue.metrics(),
-            "capacity": round(max((t["capacity"] for t in tasks.values()), default=0.0), 4),
+            # the tasks share the executor's thread: its busy fraction is their sum
+            "capacity": round(min(1.0, sum(t["capacity"] for t in tasks.values())), 4),
             "tasks": tasks,
         }
 

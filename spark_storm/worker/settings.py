@@ -43,6 +43,7 @@ class WorkerSettings:
     quiet_s: float
     ready_timeout_s: float
     gc_threshold: int
+    message_timeout_s: float
 
     @classmethod
     def from_conf(cls, conf: Config) -> WorkerSettings:
@@ -91,4 +92,5 @@ class WorkerSettings:
             quiet_s=conf.get_int("topology.worker.shutdown.quiet.ms", minimum=0) / 1000,
             ready_timeout_s=conf.get_int("topology.worker.connections.ready.timeout.ms", minimum=0) / 1000,
             gc_threshold=conf.get_int("topology.worker.gc.threshold", minimum=0),
+            message_timeout_s=conf.get_int("topology.message.timeout.secs", minimum=1),
         )

@@ -120,6 +120,10 @@ class Worker:
         self.timer = WorkerTimer(self._stopping)
         self.timer.every("heartbeat", self.settings.heartbeat_every_s, self._beat)
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
+        self.timer.every("message-timeout", min(1.0, self.settings.message_timeout_s / 10), self._expire_trees)
+        self.timer.every("peers", 0.1, self._watch_peers)
+        self.timer.every("rates", 1.0, self._update_rates)
+        self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
 
     # ------------------------------------------------------------------ views
@@ -409,6 +413,39 @@ class Worker:
             except ConnectionClosedError:
                 return  # stopping
 
+    def _update_rates(self) -> None:
+        for executor in list(self.executors.values()):
+            executor.update_rates()
+
+    def _expire_trees(self) -> None:
+        expired = self.state.acker.expire(self.settings.message_timeout_s)
+        if expired:
+            logger.warning(
+                "worker %s: %d tuple trees not acked within topology.message.timeout.secs=%g failed (replayed)",
+                self.slot,
+                expired,
+                self.settings.message_timeout_s,
+            )
+
+    def _watch_peers(self) -> None:
+        """Fail the pending trees when a connection to another worker drops (they may have passed through it).
+
+        Only connections of the current plan count: one closed by a refresh is not a loss.
+        """
+        connections = self.connections
+        ready = {slot for slot, conn in connections.items() if conn.status.value == "ready"}
+        lost = (self._ready_peers & set(connections)) - ready
+        self._ready_peers = ready
+        if lost and not self._stopping.is_set():
+            failed = self.state.acker.fail_all()
+            logger.warning(
+                "worker %s: lost the connection to %s; failed %d pending tuple trees that may have passed "
+                "through it (their groups are replayed)",
+                self.slot,
+                ", ".join(map(str, sorted(lost))),
+                failed,
+            )
+
     # ------------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, Any]:
         """Everything countable: worker counters, connections, queues, bolts, errors, Spark writers."""
@@ -426,7 +463,12 @@ class Worker:
             "rss_bytes": _rss_bytes(),
             "counters": dict(self.counters),
             "backpressure_tasks": self.backpressure.tasks,
-            "acker": {"pending": len(acker), "completed": acker.completed, "failed": acker.failed},
+            "acker": {
+                "pending": len(acker),
+                "completed": acker.completed,
+                "failed": acker.failed,
+                "timed_out": acker.timed_out,
+            },
             "held": self.transfer.held,
             "server": server.metrics() if server is not None else {},
             "connections": {str(s): c.metrics() for s, c in self.connections.items()},
@@ -434,6 +476,15 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
+            "components": {
+                cid: {
+                    "source": c.source,
+                    "bolt": c.bolt,
+                    "parallelism": c.parallelism,
+                    "tasks": list(state.plan.component_tasks[cid]),
+                }
+                for cid, c in state.plan.topology.components.items()
+            },
         }
 
     def _start_metrics_http(self) -> None:
