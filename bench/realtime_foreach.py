@@ -144,7 +144,9 @@ def run_one(bootstrap: str, tmp: Path, name: str, run: Run, args: Any) -> str:
     admin.close()
     warm = int(args.warmup * args.rate)
     counted = int(args.seconds * args.rate)
-    spark = local_session(f"bench-realtime-{name}", "local[2]", jars=connector_jars(delta=False), **run.conf)
+    spark = local_session(
+        f"bench-realtime-{name}", "local[2]", jars=connector_jars(delta=False), quiet=True, conf=run.conf
+    )
     spark.sparkContext.setLogLevel("ERROR")
     cluster_cm: Any = contextlib.nullcontext() if run.sink == "record" else LocalCluster(str(path), 2)
     try:
