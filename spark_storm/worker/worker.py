@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -168,19 +169,24 @@ class Worker:
         return name.endswith(f"-{self.slot.port}") or any(name.endswith(f"-{spec}") for spec in self.executors)
 
     # ------------------------------------------------------------------ lifecycle
-    def tune_gc(self) -> None:
-        """Freeze what start-up allocated and collect young objects less often.
+    def tune_process(self) -> None:
+        """Tune the interpreter for a worker *process* (the CLI calls it; not for embedded workers).
 
-        For a worker *process* (the CLI calls it): the hot path allocates a few objects
-        per tuple that die young, and the default threshold (700) makes the cyclic
-        collector walk them thousands of times a second.  ``topology.worker.gc.threshold``
-        (0 leaves the interpreter's default).
+        * garbage collection: freeze what start-up allocated and collect young objects less
+          often — the hot path allocates a few objects per tuple that die young, and the
+          default threshold (700) makes the cyclic collector walk them thousands of times a
+          second (``topology.worker.gc.threshold``; 0 leaves the default);
+        * the GIL's switch interval (``topology.worker.switch.interval.ms``; null leaves
+          Python's 5 ms): how long a thread that became runnable may wait for another that
+          holds the interpreter — lower it for latency, at some cost in throughput.
         """
         if self.settings.gc_threshold:
             gc.collect()
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(self.settings.gc_threshold, gen1, gen2)
+        if self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""
