@@ -32,7 +32,8 @@ from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component, resolve_class
 from spark_storm.worker.acker import new_edge
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.payloads import pack_tuples
+from spark_storm.worker.columnar import ColumnarBatch, as_record_batch, batch_from_rows, rows_of
+from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples
 from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.serializer import Serializer
 from spark_storm.worker.settings import WorkerSettings
@@ -49,8 +50,6 @@ from spark_storm.worker.tuples import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_storm.worker.columnar import ColumnarBatch
-
 __all__ = [
     "ACK_OP",
     "FAIL_OP",
@@ -63,6 +62,7 @@ __all__ = [
     "QueueItem",
     "TaskCollector",
     "TupleExecutor",
+    "WorkerView",
     "make_executor",
 ]
 
@@ -76,8 +76,8 @@ QueueItem = tuple[int, Any]
 _Key = tuple[int, str, int]  # (emitting task, stream, destination task)
 
 
-class ExecutorHost(Protocol):
-    """What executors need from their worker (the worker's state implements it)."""
+class WorkerView(Protocol):
+    """What every part of a worker reads of its state: the plan, where it is, its codec, its queues."""
 
     @property
     def plan(self) -> Plan: ...
@@ -89,28 +89,32 @@ class ExecutorHost(Protocol):
     def slot_index(self) -> int: ...
 
     @property
-    def local_tasks(self) -> frozenset[int]: ...
-
-    @property
     def serializer(self) -> Serializer: ...
-
-    @property
-    def max_payload_bytes(self) -> int: ...
 
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
         """Return the receive queue of a local task (None: the task lives elsewhere)."""
 
-    def remote_slot_of(self, task: int) -> int:
-        """Return the slot index of the worker running ``task``, or -1 when it is this one."""
-
     def source_of(self, task: int, stream: str) -> TupleSource:
-        """Return the shared origin record of ``task``'s ``stream``."""
-
-    def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
-        """Hand messages for remote tasks to the transfer path (blocks while it is full)."""
+        """Return the shared origin record of a task's stream (-1: a client); WireFormatError if unknown."""
 
     def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
         """Apply tuple-tree updates at the acker of ``slot_index``."""
+
+
+class ExecutorHost(WorkerView, Protocol):
+    """What executors need from their worker (the worker's state implements it)."""
+
+    @property
+    def local_tasks(self) -> frozenset[int]: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    def remote_slot_of(self, task: int) -> int:
+        """Return the slot index of the worker running ``task``, or -1 when it is this one."""
+
+    def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
+        """Hand messages for remote tasks to the transfer path (blocks while it is full)."""
 
     def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
         """Latest load (0..1) of ``tasks``."""
@@ -219,8 +223,6 @@ class Emitter:
         remote: list[TaskMessage],
         weights: list[int],
     ) -> None:
-        from spark_storm.worker.columnar import ColumnarBatch
-        from spark_storm.worker.payloads import arrow_payload, columnar_metadata
 
         host = self._host
         batches, self.batches = self.batches, []
@@ -499,7 +501,6 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         anchors: Sequence[ColumnarBatch] | ColumnarBatch | None = None,
         tasks: Any = None,
     ) -> None:
-        from spark_storm.worker.columnar import as_record_batch
 
         routes = self._routes.get(stream)
         if routes is None:
@@ -759,8 +760,6 @@ class TupleExecutor(Executor):
 
     def _rows_of(self, batch: ColumnarBatch) -> list[Tuple]:
         """Turn a columnar batch from a batch bolt into one tuple per row (each its own edge)."""
-        from spark_storm.worker.columnar import rows_of
-
         tuples = [Tuple(values, batch.source) for values in rows_of(batch.data)]
         if batch.anchors and tuples:
             # The batch's edge becomes one edge per row: E ^ e1 ^ ... ^ en, in one update.
@@ -817,8 +816,6 @@ class BatchExecutor(Executor):
 
     def _assemble(self, task: int, tuples: list[Tuple]) -> ColumnarBatch | None:
         """Tuples of one origin from tuple bolts upstream, as one record batch (one edge)."""
-        from spark_storm.worker.columnar import ColumnarBatch, batch_from_rows
-
         source = tuples[0].source
         try:
             data = batch_from_rows([t.values for t in tuples], source.fields)
@@ -864,8 +861,6 @@ class BatchExecutor(Executor):
 
     def _tick(self) -> None:
         import pyarrow as pa
-
-        from spark_storm.worker.columnar import ColumnarBatch
 
         tick = ColumnarBatch(pa.record_batch({"ts": [time.time()]}), TICK_SOURCE)
         for task in self.bolts:
