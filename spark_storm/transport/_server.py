@@ -65,6 +65,8 @@ class IOThreadServer(ServerBase):
         self._commands: deque[bytes] = deque()
         self._waker = Waker()
         self._thread: threading.Thread | None = None
+        for name in ("evicted_connections", "refused_connections", "idle_timeouts", "disconnects"):
+            self.count(name, 0)  # listed in metrics() from the start
 
     def ready_clients(self) -> int:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it

@@ -142,6 +142,7 @@ class TcpServer(IOThreadServer):
         self._accept_paused_until: float | None = None
         self._accept_backoff = _ACCEPT_BACKOFF_MIN_S
         self._next_sweep = 0.0
+        self.count("accept_resource_errors", 0)
         self._sel = selectors.DefaultSelector()
         self._sel.register(listener, selectors.EVENT_READ, "accept")
         self._sel.register(self._waker.reader, selectors.EVENT_READ, "wake")

@@ -26,6 +26,7 @@ through a deque and a wake-up socketpair that the zmq poller watches.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -398,6 +399,8 @@ class ZmqClient(SessionClient):
         self._proto: ClientProtocol | None = None
         self._connected = False
         self._zmtp_ok = False
+        self._tcp_connected = False
+        self._reconnect_at: float | None = None
         self._retry_at: float | None = None
         self._out: deque[bytes] = deque()
         self._last_logged: str | None = None
@@ -428,6 +431,7 @@ class ZmqClient(SessionClient):
                             self._try_send(self._control_out.popleft())
                         self._try_send(encode_control(Close()))
                         break
+                self._maybe_reconnect(now)
                 proto = self._proto
                 if self._connected and (proto is None or (self._retry_at is not None and now >= self._retry_at)):
                     proto = self._proto = ClientProtocol(self, self._session, self._secret, self._peer, self._max_frame)
@@ -455,6 +459,8 @@ class ZmqClient(SessionClient):
                 if proto is not None and not proto.ready:
                     until = (self._retry_at if self._retry_at is not None else hs_deadline) - time.monotonic()
                     timeout_ms = max(0, min(timeout_ms, int(until * 1000) + 1))
+                if self._reconnect_at is not None:
+                    timeout_ms = max(0, min(timeout_ms, int((self._reconnect_at - time.monotonic()) * 1000) + 1))
                 events = dict(poller.poll(timeout_ms))
                 if self._waker.reader.fileno() in events:
                     self._waker.drain()
@@ -509,42 +515,60 @@ class ZmqClient(SessionClient):
             kind = event["event"]
             if kind == zmq.EVENT_CONNECTED:
                 self._zmtp_ok = False
+                self._tcp_connected = True
             elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._zmtp_ok = True
                 self._connected = True
                 self._proto = None  # a fresh transport connection: handshake again
             elif kind in _HANDSHAKE_FAILED:
-                self._zmtp_refused(kind, int(event["value"]))
+                self._zmtp_refused(self._refusal_reason(kind, int(event["value"])))
             elif kind == zmq.EVENT_CONNECT_RETRIED:
-                self._failed_attempt()
-                if self.last_error is None:
-                    self.last_error = f"{self._peer}: not reachable (zmq retries)"
+                if not self._tcp_connected:  # this connect failed (a failed handshake was counted already)
+                    self._failed_attempt()
+                    if self.last_error is None:
+                        self.last_error = f"{self._peer}: not reachable (zmq retries)"
+                self._tcp_connected = False
             elif kind == zmq.EVENT_DISCONNECTED:
                 self._connected = False
                 self._proto = None
                 if self._status is ConnectionStatus.READY:
                     logger.warning("%s: disconnected; zmq reconnects, we will resend", self.describe())
-                elif not self._zmtp_ok and self._curve and self.last_error is None:
-                    self.last_error = self._refusal("the CURVE handshake failed (wrong shared secret or server key)")
+                elif not self._zmtp_ok and self._curve and self._reconnect_at is None:
+                    self._zmtp_refused("the CURVE handshake failed: wrong shared secret or server key")
                 self._mark_connecting()
 
-    def _refusal(self, why: str) -> str:
-        self._auth_failures += 1
-        return f"authentication failed: server {self._peer} refused the handshake: {why}"
-
-    def _zmtp_refused(self, kind: int, value: int) -> None:
+    def _refusal_reason(self, kind: int, value: int) -> str:
         if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            why = f"CURVE: this client's key is not allowed (ZAP status {value})"
-        elif not self._curve:
-            why = "it requires the shared secret (CURVE security) and this client has none"
-        elif kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
-            why = "it does not use CURVE (no shared secret or keys) while this client does"
-        else:
-            why = "the CURVE handshake failed: wrong shared secret or server key"
-        self.last_error = self._refusal(why)
-        if self._last_logged != self.last_error:  # libzmq retries on its own: say it once
+            return f"CURVE: this client's key is not allowed (ZAP status {value})"
+        if not self._curve:
+            return "it requires the shared secret (CURVE security) and this client has none"
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            return "it does not use CURVE (no shared secret or keys) while this client does"
+        return "the CURVE handshake failed: wrong shared secret or server key"
+
+    def _zmtp_refused(self, why: str) -> None:
+        """Count a refused ZMTP/CURVE handshake as a failed attempt; reconnect after the backoff.
+
+        libzmq would reconnect at once (its interval grows only across failed connects), so
+        the endpoint is disconnected and connected again when the backoff has passed.
+        """
+        if self._reconnect_at is not None:
+            return  # this connection's failure is counted already
+        self._failed_attempt()
+        self._auth_failures += 1
+        self.last_error = f"authentication failed: server {self._peer} refused the handshake: {why}"
+        if self._last_logged != self.last_error:  # say it once, not at every retry
             self._last_logged = self.last_error
             logger.error("%s: %s", self.describe(), self.last_error)
+        with contextlib.suppress(zmq.ZMQError):
+            self._sock.disconnect(self._endpoint)
+        self._reconnect_at = time.monotonic() + self._backoff.delay_ms(self._attempts - 1) / 1000
+
+    def _maybe_reconnect(self, now: float) -> None:
+        if self._reconnect_at is not None and now >= self._reconnect_at:
+            self._reconnect_at = None
+            self._tcp_connected = False
+            self._sock.connect(self._endpoint)
 
     def _read_all(self) -> None:
         while True:
