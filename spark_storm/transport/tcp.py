@@ -164,12 +164,9 @@ class TcpServer(IOThreadServer):
         try:
             while not self.closed:
                 timeout = 0.0 if self._tls_buffered else min(0.5, max(0.0, self._next_sweep - time.monotonic()))
-                for key, mask in self._sel.select(timeout=timeout):
-                    self._on_event(key.data, mask)
-                for conn in list(self._tls_buffered):  # decrypted bytes select() cannot see
-                    self._tls_buffered.discard(conn)
-                    if conn.sock in self._conns:
-                        self._read(conn)
+                self._dispatch(self._sel.select(timeout=timeout))
+                if self._tls_buffered:
+                    self._read_tls_buffered()
                 if self._directed:
                     self._broadcast_commands()
                 now = time.monotonic()
@@ -181,8 +178,19 @@ class TcpServer(IOThreadServer):
         finally:
             self._shutdown()
 
+    def _read_tls_buffered(self) -> None:
+        """Read connections whose decrypted bytes wait inside TLS, where select() cannot see them."""
+        for conn in list(self._tls_buffered):
+            self._tls_buffered.discard(conn)
+            if conn.sock in self._conns:
+                self._read(conn)
+
+    def _dispatch(self, events: list[tuple[selectors.SelectorKey, int]]) -> None:
+        # A method of its own: no variable of the loop in _run keeps a dropped connection alive.
+        for key, mask in events:
+            self._on_event(key.data, mask)
+
     def _on_event(self, data: object, mask: int) -> None:
-        # A method of its own, so no local variable of the loop keeps a dropped connection alive.
         if data == "accept":
             self._accept()
         elif data == "wake":
@@ -298,7 +306,7 @@ class TcpServer(IOThreadServer):
         except (ssl.SSLError, OSError) as exc:
             self.count("auth_failures" if isinstance(exc, ssl.SSLCertVerificationError) else "protocol_errors")
             self._logs.log(
-                logging.WARNING, "tls", "%s: TLS handshake with %s failed: %s", self.describe(), conn.peer, exc
+                logging.WARNING, "tls", "%s: TLS handshake with %s failed: %s", self.describe(), conn.peer, str(exc)
             )
             self._drop(conn)
             return
@@ -337,7 +345,9 @@ class TcpServer(IOThreadServer):
         try:
             data = self._recv(conn)
         except OSError as exc:
-            logger.info("%s: connection from %s failed: %s", self.describe(), conn.peer, exc)
+            # Exceptions are logged as text here: a log record holding one would keep its
+            # traceback, and through it this connection and its buffers, alive.
+            logger.info("%s: connection from %s failed: %s", self.describe(), conn.peer, str(exc))
             self._drop(conn)
             return
         if data is None:
@@ -369,7 +379,9 @@ class TcpServer(IOThreadServer):
 
     def _reject(self, conn: _ServerConn, exc: Exception, counter: str) -> None:
         self.count(counter)
-        self._logs.log(logging.WARNING, counter, "%s: closing connection from %s: %s", self.describe(), conn.peer, exc)
+        self._logs.log(
+            logging.WARNING, counter, "%s: closing connection from %s: %s", self.describe(), conn.peer, str(exc)
+        )
         with contextlib.suppress(OSError):  # the peer may be gone already; the reason is logged
             conn.sock.send(ServerPeer.failure_frame(str(exc)))
         self._drop(conn)
@@ -380,7 +392,7 @@ class TcpServer(IOThreadServer):
         except _WOULD_BLOCK:
             sent = 0
         except OSError as exc:
-            logger.info("%s: write to %s failed: %s", self.describe(), conn.peer, exc)
+            logger.info("%s: write to %s failed: %s", self.describe(), conn.peer, str(exc))
             self._drop(conn)
             return
         del conn.out[:sent]

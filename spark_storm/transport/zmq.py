@@ -272,7 +272,7 @@ class ZmqServer(IOThreadServer):
         except (AuthenticationError, WireFormatError) as exc:
             counter = "auth_failures" if isinstance(exc, AuthenticationError) else "protocol_errors"
             self.count(counter)
-            self._logs.log(logging.WARNING, counter, "%s: refusing %s: %s", self.describe(), label, exc)
+            self._logs.log(logging.WARNING, counter, "%s: refusing %s: %s", self.describe(), label, str(exc))
             self._forget(ident)
             self._reply(ident, ServerPeer.failure_frame(str(exc)))
             return

@@ -20,7 +20,7 @@ from typing import Any
 
 from spark_storm.messaging import IContext, TaskMessage
 from spark_storm.messaging.handshake import ClientHandshake, new_session_id
-from spark_storm.messaging.wire import Challenge, FrameDecoder, Ok, encode_control
+from spark_storm.messaging.wire import Challenge, FrameDecoder, Ok, Seq, encode_control, encode_messages
 from spark_storm.transport import make_context
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,3 +175,26 @@ def _frames(sock: socket.socket, decoder: FrameDecoder) -> Iterator[object]:
 
 def frame_header(code: int, length: int) -> bytes:
     return struct.pack(">hi", code, length)
+
+
+def zmq_handshake(dealer: Any, secret: bytes | None = None, topology: str = TOPOLOGY) -> bytes:
+    """Complete the session handshake on a raw zmq DEALER; return the session id."""
+    session = new_session_id()
+    hs = ClientHandshake(topology, session, secret, "server")
+    dealer.send(encode_control(hs.hello()))
+    decoder = FrameDecoder(1 << 20)
+    while dealer.poll(10_000):
+        data = dealer.recv()
+        for frame in decoder.feed(data):
+            if isinstance(frame, Challenge):
+                dealer.send(encode_control(hs.on_challenge(frame)))
+            elif isinstance(frame, Ok):
+                hs.on_ok(frame)
+                return session
+    msg = "no answer to the handshake"
+    raise AssertionError(msg)
+
+
+def evil_data(first: int, n: int = 1) -> bytes:
+    """A SEQ and ``n`` data frames with payload ``evil``: what an attacker wants delivered."""
+    return encode_control(Seq(first, n)) + encode_messages([TaskMessage(1, b"evil")] * n)
