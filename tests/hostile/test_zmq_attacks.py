@@ -30,7 +30,7 @@ class Raw:
         self.socks: list[zmq.Socket[Any]] = []
 
     def dealer(self, port: int, **options: Any) -> zmq.Socket[Any]:
-        sock = self.ctx.socket(zmq.DEALER)
+        sock: zmq.Socket[Any] = self.ctx.socket(zmq.DEALER)
         self.socks.append(sock)
         sock.setsockopt(zmq.LINGER, 0)
         for name, value in options.items():
