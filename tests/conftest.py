@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
+from tests.tls_certs import Pki, make_pki
 
 logging.getLogger("spark_storm").setLevel(logging.DEBUG)
 
@@ -41,3 +42,9 @@ def spark_jars() -> list[str]:
         log = default_jars_dir().parent / "spark-mvn.log"
         pytest.skip(f"no Spark connector jars in jars/spark: scripts/fetch-jars could not reach Maven Central ({log})")
     return jars
+
+
+@pytest.fixture(scope="session")
+def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA and certificates generated for this test session (tests/tls_certs.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -49,14 +49,20 @@ def _file(conf: Config, key: str) -> str | None:
 def _load_chain(ctx: ssl.SSLContext, conf: Config, cert: str, key: str | None) -> None:
     password = conf.get_optional_str(TLS_KEY_PASSWORD)
     try:
-        ctx.load_cert_chain(cert, key, password)
-    except ssl.SSLError as exc:
+        # Never None: OpenSSL would then ask for a passphrase on the terminal and hang a worker.
+        ctx.load_cert_chain(cert, key, password if password is not None else _no_password)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
         msg = (
             f"config keys {TLS_CERT_FILE!r} / {TLS_KEY_FILE!r}: cannot load certificate {cert!r} with key "
-            f"{key or cert!r} ({exc.reason or exc}); check that the key matches the certificate and "
-            f"{TLS_KEY_PASSWORD!r} is its password"
+            f"{key or cert!r} ({reason}); check that the key matches the certificate and, for an encrypted "
+            f"key, that {TLS_KEY_PASSWORD!r} is its password"
         )
         raise ConfigError(msg) from exc
+
+
+def _no_password() -> str:
+    return ""
 
 
 def _load_cas(ctx: ssl.SSLContext, conf: Config, purpose: ssl.Purpose) -> None:

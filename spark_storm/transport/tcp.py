@@ -101,6 +101,7 @@ class TcpServer(IOThreadServer):
 
     def __init__(self, context: Context, topology_id: str, port: int, callback: CallbackLike | None) -> None:
         conf = context.conf
+        tls = server_context(conf)  # before anything is opened: a bad TLS setting leaks nothing
         super().__init__(context, conf, topology_id, callback)
         self._secret = conf.auth_secret()
         self._limits = PeerLimits.from_conf(conf)
@@ -110,7 +111,7 @@ class TcpServer(IOThreadServer):
         self._idle_s = None if idle_ms <= 0 else idle_ms / 1000
         self._max_conns = conf.get_int(STORM_SERVER_MAX_CONNECTIONS, minimum=1)
         self._sessions = SessionTable(conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1))
-        self._tls = server_context(conf)
+        self._tls = tls
         self._logs = LogLimiter(logger)
         host = conf.get_str(STORM_BIND_HOST)
         if not is_loopback_host(host) and self._secret is None:
@@ -504,6 +505,14 @@ class TcpClient(SessionClient):
                         self._serve(sock)
                     except AuthenticationError as exc:
                         self._auth_failed(exc)
+                    except ssl.SSLError as exc:
+                        # With TLS 1.3 a server checks the client's certificate after the client
+                        # finished its side of the handshake: a refusal shows up on the first read.
+                        if self._ready_once:
+                            self.last_error = f"{self._peer}: TLS: {exc}"
+                        else:
+                            why = f"TLS: the server closed the connection, or refused this client's certificate ({exc})"
+                            self._auth_failed(exc, why)
                     except (ConnectionBrokenError, WireFormatError, OSError) as exc:
                         self.last_error = str(exc)
                         if self._ready_once and not self._closing.is_set():

@@ -119,6 +119,7 @@ class ZmqServer(IOThreadServer):
 
     def __init__(self, context: Context, topology_id: str, port: int, callback: CallbackLike | None) -> None:
         conf = context.conf
+        server_keys = context.curve.for_server() if context.curve is not None else None  # fails before opening
         super().__init__(context, conf, topology_id, callback)
         self._secret = conf.auth_secret()
         self._limits = PeerLimits.from_conf(conf)
@@ -138,9 +139,8 @@ class ZmqServer(IOThreadServer):
         if context.heartbeat_ms > 0:
             sock.setsockopt(zmq.HEARTBEAT_IVL, context.heartbeat_ms)
             sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, context.heartbeat_ms * 3)
-        keys = context.curve
-        if keys is not None:
-            server_secret, self._allowed = keys.for_server()
+        if server_keys is not None:
+            server_secret, self._allowed = server_keys
             context.start_zap(self._allowed)
             sock.setsockopt(zmq.CURVE_SERVER, 1)
             sock.setsockopt(zmq.CURVE_SECRETKEY, server_secret)
@@ -161,9 +161,7 @@ class ZmqServer(IOThreadServer):
         self._next_probe = time.monotonic() + _PROBE_EVERY_S
         self._thread = threading.Thread(target=self._run, name=f"spark-storm-zmq-server-{self._port}", daemon=True)
         self._thread.start()
-        logger.info(
-            "zmq server for %s bound at %s%s", topology_id, self._endpoint, " (CURVE)" if keys is not None else ""
-        )
+        logger.info("zmq server for %s bound at %s%s", topology_id, self._endpoint, " (CURVE)" if server_keys else "")
 
     @property
     def port(self) -> int:
