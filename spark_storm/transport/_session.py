@@ -337,8 +337,9 @@ class ServerPeer:
         Most control frames per :meth:`on_bytes` call, for transports whose unit is a
         message (:data:`MAX_CONTROLS_PER_MESSAGE`); None for byte streams.
     receipts : bool
-        Whether :meth:`on_bytes` answers delivered data with a RECEIPT itself (kafka sends
-        its receipts only after committing offsets, from :attr:`delivered_upto`).
+        Whether :meth:`on_bytes` answers delivered data with a RECEIPT itself; if not, it sets
+        :attr:`receipt_due` (kafka sends its receipts only after committing offsets, for
+        :attr:`delivered_upto`).
     """
 
     def __init__(
@@ -370,6 +371,7 @@ class ServerPeer:
         self._pre_auth_bytes = 0
         self.ready = False
         self.closed_by_peer = False
+        self.receipt_due = False  # receipts=False: data arrived since the transport last sent one
         self.session_id = b""
         self._next = 0
         self._remaining = 0
@@ -458,6 +460,8 @@ class ServerPeer:
             self._sessions.advance(self.session_id, last)
             if self._receipts:
                 replies.append(encode_control(Receipt(last)))
+            else:
+                self.receipt_due = True
         return replies
 
     def _data(self, run: MessageBatch) -> None:
