@@ -80,14 +80,14 @@ def test_a_message_with_more_control_frames_than_allowed_is_refused(server: Serv
 def test_groups_are_bounded_in_frames_at_the_header_and_in_bytes(server: ServerBase) -> None:
     peer = _peer(server)
     peer.on_bytes(_handshake())
-    with pytest.raises(WireFormatError, match="group.max.frames"):
+    with pytest.raises(WireFormatError, match=r"group\.max\.frames"):
         peer.on_bytes(encode_control(BatchHeader("q", 1, 0, 0, 2**31 - 1)))
     peer = _peer(server)
     peer.on_bytes(_handshake())
     peer.on_bytes(encode_control(BatchHeader("q", 1, 0, 0, 50)) + encode_control(Seq(0, 50)))
     peer.on_bytes(encode_messages([TaskMessage(1, b"x" * 1000)] * 9))
     assert peer.buffered_bytes == 9000
-    with pytest.raises(WireFormatError, match="group.max.bytes"):
+    with pytest.raises(WireFormatError, match=r"group\.max\.bytes"):
         peer.on_bytes(encode_messages([TaskMessage(1, b"x" * 1000)] * 2))
 
 
@@ -161,9 +161,9 @@ def test_explicit_curve_keys_must_be_complete_for_the_role() -> None:
     public, secret = zmq.curve_keypair()
     keys = curve_keys(Config.of({"storm.messaging.zmq.curve.server.public.key": public.decode()}))
     assert keys is not None
-    with pytest.raises(ConfigError, match="client.secret.key"):
+    with pytest.raises(ConfigError, match=r"client\.secret\.key"):
         keys.for_client()
-    with pytest.raises(ConfigError, match="server.secret.key"):
+    with pytest.raises(ConfigError, match=r"server\.secret\.key"):
         keys.for_server()
     other, _ = zmq.curve_keypair()
     with pytest.raises(ConfigError, match="not one keypair"):
