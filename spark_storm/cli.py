@@ -6,8 +6,19 @@ demo            local Spark streaming sentences into a 2-worker wordcount topolo
 transport-demo  send messages through a transport between two processes, with live progress
 worker          run one worker process of a topology
 local-cluster   run N worker processes on loopback until Ctrl-C
+ui              the Storm UI and REST API for a local cluster's workers
 topology plan   print a topology's tasks, executors and the worker each runs on
 kafka           start | stop | status a local KRaft Kafka broker (jars from scripts/fetch-jars)
+zookeeper       start | stop | status a local ZooKeeper server (jars from scripts/fetch-jars)
+spark-standalone start | stop | status a local Spark standalone master + worker (pyspark's own classes)
+nimbus          run a nimbus (leader-elected; assigns topologies to supervisors' slots)
+supervisor      run a supervisor (registers slots; runs, restarts and stops assigned workers)
+submit          submit a topology to the cluster (through ZooKeeper)
+activate        let a submitted topology's executors consume
+deactivate      pause a submitted topology's executors
+rebalance       change the number of workers of a submitted topology
+kill            deactivate a topology, then remove it and stop its workers
+list            the submitted topologies: name, status, workers, uptime
 config          print the effective configuration (defaults + --conf file)
 version         print the version
 """
@@ -21,17 +32,22 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_storm import __version__
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config, load_config
 from spark_storm.errors import ConfigError, StormError
 from spark_storm.messaging import MessageBatch, TaskMessage
 from spark_storm.transport import TRANSPORT_ALIASES, make_context
+
+if TYPE_CHECKING:
+    from spark_storm.ui import UIServer
 
 __all__ = ["main"]
 
@@ -120,7 +136,7 @@ def _spark_demo(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
-    return run_demo(args.seconds, args.rows_per_second, args.workers)
+    return run_demo(args.seconds, args.rows_per_second, args.workers, arrow=args.arrow, verbose=args.verbose)
 
 
 def _kafka(args: argparse.Namespace) -> int:
@@ -139,6 +155,158 @@ def _kafka(args: argparse.Namespace) -> int:
         )
         return 0 if up else 1
     return 0
+
+
+def _zookeeper(args: argparse.Namespace) -> int:
+    from spark_storm.tools.zookeeper_server import ZooKeeperServer
+
+    server = ZooKeeperServer(args.dir)
+    if args.action == "start":
+        address = server.start(port=args.port)
+        print(f"zookeeper serving on {address} (pid {server.pid()}, state in {server.dir})")
+    elif args.action == "stop":
+        print("zookeeper stopped" if server.stop() else "no zookeeper was running")
+    else:
+        pid = server.pid()
+        up = pid is not None and server.ready()
+        print(f"zookeeper {'running' if up else 'not running'}" + (f": pid {pid} on {server.address}" if up else ""))
+        return 0 if up else 1
+    return 0
+
+
+def _spark_standalone(args: argparse.Namespace) -> int:
+    from spark_storm.tools.spark_standalone import SparkStandalone
+
+    cluster = SparkStandalone(args.dir)
+    if args.action == "start":
+        master = cluster.start(cores=args.cores, memory=args.memory)
+        print(f"spark standalone master {master} with 1 worker (web UI {cluster.web_ui}, state in {cluster.dir})")
+    elif args.action == "stop":
+        print("spark standalone stopped" if cluster.stop() else "no spark standalone cluster was running")
+    else:
+        up = cluster.ready()
+        print(f"spark standalone {'running' if up else 'not running'}" + (f": {cluster.master_url}" if up else ""))
+        return 0 if up else 1
+    return 0
+
+
+def _cluster_conf(args: argparse.Namespace) -> Config:
+    return load_config(args.conf, _overrides(args.set))
+
+
+def _nimbus(args: argparse.Namespace) -> int:
+    from spark_storm.cluster.nimbus import Nimbus
+
+    nimbus = Nimbus(args.zookeeper, _cluster_conf(args))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    nimbus.start()
+    print(f"nimbus {nimbus.identifier} contending for leadership in ZooKeeper {nimbus.state.address}", flush=True)
+    leading = False
+    while not stop.wait(0.2):
+        if nimbus.is_leader != leading:
+            leading = nimbus.is_leader
+            print(f"nimbus {nimbus.identifier} {'is the leader' if leading else 'is no longer the leader'}", flush=True)
+    nimbus.stop()
+    print(f"nimbus {nimbus.identifier} stopped", flush=True)
+    return 0
+
+
+def _supervisor(args: argparse.Namespace) -> int:
+    from spark_storm.cluster.supervisor import Supervisor
+
+    ports = None
+    if args.slots:
+        try:
+            ports = [int(p) for p in args.slots.split(",") if p.strip()]
+        except ValueError:
+            msg = f"--slots {args.slots!r} is not a list of ports like 6700,6701"
+            raise ConfigError(msg) from None
+    overrides = _overrides(args.set)
+    supervisor = Supervisor(
+        args.zookeeper,
+        args.host,
+        ports,
+        load_config(args.conf, overrides),
+        conf_path=args.conf,
+        overrides=overrides,
+        supervisor_id=args.id,
+        local_dir=args.local_dir,
+    )
+    signals = {"count": 0}
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        signals["count"] += 1
+        if signals["count"] >= 2:
+            logger.error("second signal: killing every worker now")
+            supervisor.kill_now()
+            os._exit(3)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    supervisor.start()
+    print(
+        f"supervisor {supervisor.id} offering {', '.join(map(str, supervisor.slots))} "
+        f"in ZooKeeper {supervisor.state.address}; logs in {supervisor.local_dir / 'logs'}",
+        flush=True,
+    )
+    stop.wait()
+    print(f"supervisor {supervisor.id}: stopping its workers", flush=True)
+    supervisor.stop()
+    print(f"supervisor {supervisor.id} stopped", flush=True)
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from spark_storm.cluster import admin
+    from spark_storm.cluster.state import ClusterState
+
+    with ClusterState(args.zookeeper, _cluster_conf(args)) as state:
+        if args.command == "submit":
+            record = admin.submit(state, args.file, args.workers, check_classes=not args.no_class_check)
+            print(
+                f"submitted topology {record.name} ({record.workers} workers) to {state.address}; "
+                f"`spark-storm list` shows its assignment"
+            )
+        elif args.command == "activate":
+            print(f"topology {admin.activate(state, args.name).name} is active")
+        elif args.command == "deactivate":
+            print(f"topology {admin.deactivate(state, args.name).name} is inactive")
+        elif args.command == "rebalance":
+            record = admin.rebalance(state, args.name, args.workers)
+            print(f"topology {record.name}: rebalancing to {record.workers} workers")
+        elif args.command == "kill":
+            record = admin.kill(state, args.name, args.wait)
+            left = max(0.0, (record.kill_at or 0) - time.time())
+            print(f"topology {record.name} killed: deactivated now, removed and its workers stopped in {left:.0f}s")
+        else:
+            leader = state.nimbus_leader()
+            print(f"nimbus leader: {leader or 'none (start `spark-storm nimbus`)'}")
+            rows = admin.list_topologies(state)
+            if not rows:
+                print("no topologies submitted")
+            else:
+                print(f"{'name':24s} {'status':9s} {'workers':>9s} {'version':>7s} {'uptime':>9s}  slots")
+                for row in rows:
+                    print(
+                        f"{row.name:24s} {row.status:9s} {f'{row.workers}/{row.requested}':>9s} "
+                        f"{row.version:>7d} {_duration(row.uptime_s):>9s}  {','.join(row.slots)}"
+                    )
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -188,7 +356,12 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    worker.start()
+    worker.tune_gc()
+    try:
+        worker.start()
+    except StormError:
+        worker.stop(5)  # what started (server, threads) goes down before the error is reported
+        raise
     print(
         f"worker {worker.slot} of {topo.name} listening; tasks {sorted(worker.local_tasks)}; "
         f"metrics on port {worker.metrics_port}; heartbeat {worker.heartbeat_path}",
@@ -226,18 +399,58 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The UI binds first: a taken port then fails the command before any worker runs.
+    ui = None
+    if args.ui_port is not None:
+        ui = _start_ui(cluster.heartbeat_dir, load_config(args.conf, _overrides(args.set)), None, args.ui_port)
     cluster.start()
     print(cluster.plan.describe())
     for slot in cluster.slots:
         hb = cluster.heartbeat(slot) or {}
         print(f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics")
+    if ui is None:
+        print(f"UI: spark-storm ui --heartbeat-dir {cluster.heartbeat_dir}  (or run local-cluster with --ui-port 8080)")
+    else:
+        print(f"UI: {ui.url}topology.html?id={cluster.topology.name}")
     print("running; Ctrl-C stops every worker (ordered shutdown)", flush=True)
     while not stop["now"] and all(p.poll() is None for p in cluster.procs.values()):
         time.sleep(0.2)
     codes = cluster.stop()
+    if ui is not None:
+        ui.close()
     for slot, code in codes.items():
         print(f"worker {slot} exited with {code}")
     return 0 if all(c == 0 for c in codes.values()) else 1
+
+
+def _start_ui(heartbeat_dir: str | Path, conf: Config, host: str | None, port: int | None) -> UIServer:
+    from spark_storm.ui import local_ui
+
+    server = local_ui(heartbeat_dir, conf, host, port)
+    try:
+        return server.start()
+    except OSError as exc:
+        msg = (
+            f"the UI cannot listen on {server.host}:{server.port}: {exc.strerror}; pick another with --port / --ui-port"
+        )
+        raise StormError(msg) from exc
+
+
+def _ui(args: argparse.Namespace) -> int:
+    conf = load_config(args.conf, _overrides(args.set))
+    hb_dir = args.heartbeat_dir or conf.get_optional_str("worker.heartbeat.dir") or tempfile.gettempdir()
+    if not Path(hb_dir).is_dir():
+        msg = f"--heartbeat-dir {hb_dir!r} is not a directory; use the one `spark-storm local-cluster` prints"
+        raise ConfigError(msg)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = _start_ui(hb_dir, conf, args.host, args.port)
+    print(f"spark-storm UI on {server.url} (local cluster: worker heartbeats in {hb_dir}); Ctrl-C stops it", flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.close()
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -246,8 +459,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sdemo = sub.add_parser("demo", help="local Spark -> format('storm') -> 2-worker wordcount, live progress")
     sdemo.add_argument("--seconds", type=float, default=30.0, help="how long to stream (Ctrl-C stops early)")
-    sdemo.add_argument("--rows-per-second", type=int, default=2000)
+    sdemo.add_argument(
+        "--rows-per-second", type=int, default=None, help="sentences per second (default 2000; 40000 with --arrow)"
+    )
     sdemo.add_argument("--workers", type=int, default=2)
+    sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
+    sdemo.add_argument("--verbose", action="store_true", help="also Spark's progress bar and its INFO/WARN log")
     sdemo.set_defaults(func=_spark_demo)
     demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
     demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))
@@ -270,7 +487,20 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--workers", type=int, default=2)
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    cluster.add_argument(
+        "--ui-port", type=int, metavar="PORT", help="also serve the UI in this process on PORT (0 = any free port)"
+    )
     cluster.set_defaults(func=_local_cluster)
+    ui = sub.add_parser("ui", help="the Storm UI and REST API (/api/v1/) for a local cluster's workers")
+    ui.add_argument(
+        "--heartbeat-dir",
+        help="the workers' heartbeat dir (local-cluster prints it; default: worker.heartbeat.dir or the temp dir)",
+    )
+    ui.add_argument("--host", help="bind host (default ui.host: 127.0.0.1)")
+    ui.add_argument("--port", type=int, help="port (default ui.port: 8080; 0 = any free port)")
+    ui.add_argument("--conf", help="a storm.yaml with overrides")
+    ui.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    ui.set_defaults(func=_ui)
     topology = sub.add_parser("topology", help="topology tools")
     tsub = topology.add_subparsers(dest="topology_command", required=True)
     tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")
@@ -281,6 +511,59 @@ def _parser() -> argparse.ArgumentParser:
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--dir", default=".run/kafka", help="state directory (config, data, pid, log)")
     kafka.set_defaults(func=_kafka)
+    zookeeper = sub.add_parser("zookeeper", help="a local ZooKeeper server for cluster mode")
+    zookeeper.add_argument("action", choices=["start", "stop", "status"])
+    zookeeper.add_argument("--dir", default=".run/zookeeper", help="state directory (config, data, pid, log)")
+    zookeeper.add_argument("--port", type=int, help="client port (default: a free one)")
+    zookeeper.set_defaults(func=_zookeeper)
+    standalone = sub.add_parser("spark-standalone", help="a local Spark standalone master + worker")
+    standalone.add_argument("action", choices=["start", "stop", "status"])
+    standalone.add_argument("--dir", default=".run/spark-standalone", help="state directory (pids, logs, work)")
+    standalone.add_argument("--cores", type=int, default=2, help="cores the worker offers")
+    standalone.add_argument("--memory", default="2g", help="memory the worker offers")
+    standalone.set_defaults(func=_spark_standalone)
+
+    def cluster_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--zookeeper", help="HOST:PORT[,HOST:PORT][/chroot] (default: storm.zookeeper.* keys)")
+        p.add_argument("--conf", help="a storm.yaml with overrides")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+
+    nimbus = sub.add_parser("nimbus", help="run a nimbus (leader-elected) until SIGTERM/Ctrl-C")
+    cluster_args(nimbus)
+    nimbus.set_defaults(func=_nimbus)
+    supervisor = sub.add_parser("supervisor", help="run a supervisor for this host's slots until SIGTERM/Ctrl-C")
+    cluster_args(supervisor)
+    supervisor.add_argument("--host", default="127.0.0.1", help="this host's name as other workers reach it")
+    supervisor.add_argument("--slots", help="worker ports, e.g. 6700,6701 (default: supervisor.slots.ports)")
+    supervisor.add_argument("--id", help="supervisor id in ZooKeeper (default: HOST-random)")
+    supervisor.add_argument("--local-dir", help="topology files, worker logs (default: storm.local.dir or a temp dir)")
+    supervisor.set_defaults(func=_supervisor)
+    submit = sub.add_parser("submit", help="submit a topology YAML to the cluster")
+    cluster_args(submit)
+    submit.add_argument("file", help="topology YAML")
+    submit.add_argument("--workers", type=int, help="worker processes (default: topology.workers)")
+    submit.add_argument("--no-class-check", action="store_true", help="do not import the bolt classes here first")
+    submit.set_defaults(func=_admin)
+    for name, text in (("activate", "let its executors consume"), ("deactivate", "pause its executors")):
+        p = sub.add_parser(name, help=f"{text} (a submitted topology)")
+        cluster_args(p)
+        p.add_argument("name", help="topology name")
+        p.set_defaults(func=_admin)
+    rebalance = sub.add_parser("rebalance", help="change a submitted topology's number of workers")
+    cluster_args(rebalance)
+    rebalance.add_argument("name", help="topology name")
+    rebalance.add_argument("--workers", type=int, required=True, help="new number of worker processes")
+    rebalance.set_defaults(func=_admin)
+    kill = sub.add_parser("kill", help="deactivate a topology, then remove it and stop its workers")
+    cluster_args(kill)
+    kill.add_argument("name", help="topology name")
+    kill.add_argument(
+        "--wait", type=float, help="seconds between deactivation and removal (topology.message.timeout.secs)"
+    )
+    kill.set_defaults(func=_admin)
+    listing = sub.add_parser("list", help="submitted topologies: name, status, workers, uptime")
+    cluster_args(listing)
+    listing.set_defaults(func=_admin)
     config = sub.add_parser("config", help="print the effective configuration")
     config.add_argument("--conf", help="a storm.yaml with overrides")
     config.set_defaults(func=_config)

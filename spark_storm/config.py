@@ -12,6 +12,7 @@ import difflib
 import functools
 import ipaddress
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from importlib import resources
 from pathlib import Path
@@ -104,6 +105,10 @@ _OWNED_PREFIXES: Final = (
     "topology.worker.",
     "topology.serializer",
     "worker.",
+    "storm.zookeeper.",
+    "nimbus.",
+    "supervisor.",
+    "ui.",
 )
 
 
@@ -180,6 +185,23 @@ class Config(Mapping[str, Any]):
             msg = f"config key {key!r} must be >= {minimum}, got {value}"
             raise ConfigError(msg)
         return value
+
+    def get_float(self, key: str, *, minimum: float | None = None, maximum: float | None = None) -> float:
+        """Return ``key`` as a finite float within [``minimum``, ``maximum``]."""
+        value = self[key]
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not math.isfinite(number):
+            msg = f"config key {key!r} must be a number, got {value!r}"
+            raise ConfigError(msg)
+        if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+            low = "" if minimum is None else f">= {minimum}"
+            high = "" if maximum is None else f"<= {maximum}"
+            msg = f"config key {key!r} must be {' and '.join(x for x in (low, high) if x)}, got {value!r}"
+            raise ConfigError(msg)
+        return number
 
     def get_bool(self, key: str) -> bool:
         """Return ``key`` as a bool (accepts true/false/yes/no/1/0 strings)."""

@@ -13,6 +13,13 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+    +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
+        +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
+        +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
+        +-- TopologyExistsError         a topology of that name is already submitted
+        +-- UnknownTopologyError (LookupError)  no topology of that name (UI/REST: 404)
+        +-- ActionNotSupportedError     the cluster cannot do that action, e.g. rebalance a local cluster (501)
+        +-- TopologyActionError         an action reached the workers and some refused or were unreachable (502)
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -21,17 +28,24 @@ the network or the peer and is usually worth a retry.
 from __future__ import annotations
 
 __all__ = [
+    "ActionNotSupportedError",
     "AuthenticationError",
+    "ClusterError",
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "NoNimbusError",
     "SendTimeoutError",
     "StormError",
+    "TopologyActionError",
+    "TopologyExistsError",
     "TransportError",
     "TransportInitError",
+    "UnknownTopologyError",
     "UnknownTransportError",
     "UnsupportedOperationError",
     "WireFormatError",
+    "ZooKeeperUnavailableError",
 ]
 
 
@@ -81,3 +95,31 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class ClusterError(StormError):
+    """Base of cluster-mode errors (ZooKeeper state, nimbus, supervisors, the UI's cluster sources)."""
+
+
+class ZooKeeperUnavailableError(ClusterError):
+    """ZooKeeper did not answer within the retry budget (``storm.zookeeper.retry.*``)."""
+
+
+class NoNimbusError(ClusterError):
+    """No nimbus leader is running for this ZooKeeper (and root)."""
+
+
+class TopologyExistsError(ClusterError):
+    """A topology of that name is already submitted; kill it first or rename."""
+
+
+class UnknownTopologyError(ClusterError, LookupError):
+    """No topology of that name is submitted (or running, for the UI)."""
+
+
+class ActionNotSupportedError(ClusterError):
+    """The cluster behind the UI cannot carry out this topology action (the message says what can)."""
+
+
+class TopologyActionError(ClusterError):
+    """A topology action was sent to the workers and at least one refused it or could not be reached."""

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from spark_storm.tools import zookeeper_server
 from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
+from spark_storm.tools.spark_standalone import SparkStandalone
+from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from tests.tls_certs import Pki, make_pki
 
 logging.getLogger("spark_storm").setLevel(logging.DEBUG)
@@ -42,6 +45,37 @@ def spark_jars() -> list[str]:
         log = default_jars_dir().parent / "spark-mvn.log"
         pytest.skip(f"no Spark connector jars in jars/spark: scripts/fetch-jars could not reach Maven Central ({log})")
     return jars
+
+
+@pytest.fixture(scope="session")
+def zookeeper_jars() -> Path:
+    """The ZooKeeper server jars; the only skip: scripts/fetch-jars could not reach Maven Central."""
+    jars = zookeeper_server.default_jars_dir()
+    if not any(jars.glob("*.jar")):
+        log = jars.parent / "zookeeper-mvn.log"
+        pytest.skip(f"no ZooKeeper jars in {jars}: scripts/fetch-jars could not reach Maven Central ({log})")
+    return jars
+
+
+@pytest.fixture(scope="session")
+def zookeeper(zookeeper_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real standalone ZooKeeper on 127.0.0.1 for the whole session; yields ``127.0.0.1:PORT``.
+
+    Tests share it and keep apart by using a chroot of their own (tests/cluster/conftest.py).
+    """
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), zookeeper_jars)
+    address = server.start()
+    yield address
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and one worker (pyspark's own classes) on 127.0.0.1; yields the master URL."""
+    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"))
+    master = cluster.start(cores=2, memory="2g")
+    yield master
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

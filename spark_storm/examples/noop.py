@@ -1,11 +1,12 @@
-"""A bolt that does nothing but ack: the ceiling of a topology's throughput."""
+"""Bolts that do nothing but ack: the ceiling of a topology's throughput (tuple and columnar)."""
 
 from __future__ import annotations
 
-from spark_storm.worker.bolt import Bolt
+from spark_storm.worker.bolt import BatchBolt, Bolt
+from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.tuples import Tuple
 
-__all__ = ["NoopBolt"]
+__all__ = ["NoopBatchBolt", "NoopBolt"]
 
 
 class NoopBolt(Bolt):
@@ -13,3 +14,10 @@ class NoopBolt(Bolt):
 
     def execute(self, tup: Tuple) -> None:
         self.collector.ack(tup)
+
+
+class NoopBatchBolt(BatchBolt):
+    """Acks every batch, emits nothing: the ceiling of a columnar topology."""
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        self.collector.ack(batch)

@@ -26,6 +26,8 @@ class SplitBolt(Bolt):
     """sentence -> one tuple per lower-cased word."""
 
     def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:  # the topology's tick tuples carry no sentence
+            return
         for word in _WORD.findall(str(tup.get("sentence")).lower()):
             self.collector.emit([word], anchors=tup)
         self.collector.ack(tup)

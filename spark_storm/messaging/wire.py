@@ -421,6 +421,9 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         if any(t < 0 for t in loads):
             msg = "load-metrics frame names a negative task id"
             raise WireFormatError(msg)
+        if not all(0.0 <= v <= 1.0 for v in loads.values()):  # also false for NaN
+            msg = "load-metrics frame holds a load outside 0..1 (or NaN)"
+            raise WireFormatError(msg)
         return LoadMetrics(loads)
     if code == SEQ:
         _exact(body, _SEQ.size, "SEQ")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -40,14 +41,29 @@ def connector_jars(jars_dir: str | Path = "jars/spark", *, kafka: bool = True, d
     return jars
 
 
-def local_session(app: str, master: str = "local[2,4]", *, jars: Sequence[str] = (), **conf: str) -> SparkSession:
+def local_session(
+    app: str,
+    master: str = "local[2,4]",
+    *,
+    jars: Sequence[str] = (),
+    quiet: bool = False,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
     """Build (or get) a small local session.
 
     ``local[2,4]`` runs 2 cores and lets a failed task be retried up to 4 times, as a
     cluster would (plain ``local[2]`` never retries).  Spark's Python workers run this
-    interpreter, so they see the same installed packages.
+    interpreter, so they see the same installed packages.  ``quiet``: no console
+    progress bar and only ERROR lines from Spark's log, from the JVM's start on (for
+    a program whose own output is the point, like the demo).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if quiet:
+        quiet_log = resources.files("spark_storm.spark").joinpath("log4j2-quiet.properties")
+        os.environ.setdefault(
+            "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile={quiet_log} pyspark-shell"
+        )
+        conf = {"spark.ui.showConsoleProgress": "false", **(conf or {})}
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -60,10 +76,10 @@ def local_session(app: str, master: str = "local[2,4]", *, jars: Sequence[str] =
         if any("delta-spark" in Path(j).name for j in jars):
             for key, value in DELTA_CONF.items():
                 builder = builder.config(key, value)
-    for key, value in conf.items():
+    for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return spark
 
 

@@ -4,7 +4,7 @@ One call of :func:`write_partition` is one Spark task (partition) of one micro-b
 
 1. the batch id / query id come from the task's local properties
    (``streaming.sql.batchId``, ``sql.streaming.queryId``) unless given explicitly;
-2. each Arrow record batch is routed to task ids with numpy (:mod:`.routing`), split per
+2. each Arrow record batch is routed to task ids with numpy (:mod:`spark_storm.topology.routing`), split per
    task, and packed into Arrow IPC payloads of at most ``maxRowsPerMessage`` rows
    (no per-row Python work);
 3. per destination worker the messages of a record batch form one *group*, tagged
@@ -24,7 +24,7 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +34,8 @@ from spark_storm.errors import StormError
 from spark_storm.messaging import IConnection, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
-from spark_storm.spark.routing import Router, split_by_task
 from spark_storm.topology import Slot
+from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
 from spark_storm.worker.serializer import MsgpackSerializer
 
@@ -148,10 +148,13 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        tasks = router.route(rb)
         payload_cols = rb.select(list(options.columns))
+        if router.grouping == "direct" or router.grouping == "fields":  # routing columns may not be sent
+            pieces = split_by_task(payload_cols, router.route(rb), options.tasks)
+        else:
+            pieces = router.split(payload_cols)
         by_slot: dict[Slot, list[TaskMessage]] = {}
-        for task, rows in split_by_task(payload_cols, tasks, options.tasks):
+        for task, rows in pieces:
             by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
         for slot in sorted(by_slot):
             msgs = by_slot[slot]
@@ -239,8 +242,3 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
 def rows_of(messages: Iterable[Any]) -> int:
     """Total rows in a list of commit messages."""
     return sum(m.rows for m in messages if isinstance(m, StormCommitMessage))
-
-
-def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
-    """Accept record batches (Arrow writers) as they come."""
-    yield from iterator

@@ -10,11 +10,8 @@ KRaft storage directory, starts ``kafka.Kafka`` from the jars ``scripts/fetch-ja
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
-import shlex
-import signal
 import socket
 import subprocess
 import time
@@ -23,6 +20,7 @@ from pathlib import Path
 
 from spark_storm.errors import StormError
 from spark_storm.netutil import free_ports
+from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
 __all__ = ["KafkaBroker", "KafkaBrokerError", "default_jars_dir"]
 
@@ -58,14 +56,7 @@ class KafkaBroker:
 
     def pid(self) -> int | None:
         """PID of the running broker, or None."""
-        if not self.pid_file.exists():
-            return None
-        pid = int(self.pid_file.read_text().strip())
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        return pid
+        return live_pid(self.pid_file)
 
     def start(self, timeout: float = 90.0) -> str:
         """Start the broker (or return the running one's bootstrap address)."""
@@ -127,12 +118,8 @@ class KafkaBroker:
             raise KafkaBrokerError(msg)
         # Detached: the broker outlives this process (``spark-storm kafka start``) and is
         # tracked by PID only, so no Popen object is left waiting for it.
-        log = shlex.quote(str(self.log_file))
-        command = f"{shlex.join([*java, 'kafka.Kafka', str(props)])} > {log} 2>&1 & echo $!"
-        launched = subprocess.run(
-            ["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, check=True, start_new_session=True
-        )
-        pid = int(launched.stdout.strip())
+        self.log_file.unlink(missing_ok=True)
+        pid = launch_detached([*java, "kafka.Kafka", str(props)], self.log_file)
         self.pid_file.write_text(str(pid))
         bootstrap = f"127.0.0.1:{port}"
         self.bootstrap_file.write_text(bootstrap)
@@ -183,20 +170,7 @@ class KafkaBroker:
         pid = self.pid()
         if pid is None:
             return False
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.1)
-        else:
-            logger.warning("Kafka broker %d ignored SIGTERM for %.0fs; killing it", pid, timeout)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        stop_pid(pid, "Kafka broker", timeout)
         self.pid_file.unlink(missing_ok=True)
         self.bootstrap_file.unlink(missing_ok=True)
         return True

@@ -48,13 +48,31 @@ class ShuffleGrouper(Grouper):
 
 
 class FieldsGrouper(Grouper):
-    """Equal values of the grouping fields always go to the same task (Spark's hash, pmod)."""
+    """Equal values of the grouping fields always go to the same task (Spark's hash, pmod).
+
+    Grouping keys repeat (words, user ids), so the chosen target of recent string keys
+    of a one-field grouping is remembered (bounded): most tuples cost one dict lookup.
+    """
+
+    _CACHE_MAX = 65536
 
     def __init__(self, targets: Sequence[int], indexes: Sequence[int]) -> None:
         super().__init__(targets)
         self._indexes = list(indexes)
+        self._single = self._indexes[0] if len(self._indexes) == 1 else None
+        self._by_str: dict[str, int] = {}
 
     def choose(self, values: Sequence[object]) -> list[int]:
+        single = self._single
+        if single is not None:
+            key = values[single]
+            if type(key) is str:  # exact type: 1, 1.0 and True hash differently in Spark
+                hit = self._by_str.get(key)
+                if hit is None:
+                    if len(self._by_str) >= self._CACHE_MAX:
+                        self._by_str.clear()
+                    hit = self._by_str[key] = self.targets[fields_hash((key,)) % len(self.targets)]
+                return [hit]
         h = fields_hash(values[i] for i in self._indexes)
         return [self.targets[h % len(self.targets)]]
 

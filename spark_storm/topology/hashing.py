@@ -21,11 +21,30 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["SPARK_HASH_SEED", "fields_hash", "murmur3_bytes", "murmur3_int", "murmur3_long", "pmod"]
+__all__ = [
+    "MURMUR3_C1",
+    "MURMUR3_C2",
+    "MURMUR3_FMIX1",
+    "MURMUR3_FMIX2",
+    "MURMUR3_H1_ADD",
+    "SPARK_HASH_SEED",
+    "fields_hash",
+    "murmur3_bytes",
+    "murmur3_int",
+    "murmur3_long",
+    "pmod",
+]
 
+# Murmur3 x86_32's constants, shared with the vectorised twin in ``topology.routing``
+# (a property test checks the two agree row by row).
 SPARK_HASH_SEED: Final = 42
-_C1: Final = 0xCC9E2D51
-_C2: Final = 0x1B873593
+MURMUR3_C1: Final = 0xCC9E2D51
+MURMUR3_C2: Final = 0x1B873593
+MURMUR3_H1_ADD: Final = 0xE6546B64
+MURMUR3_FMIX1: Final = 0x85EBCA6B
+MURMUR3_FMIX2: Final = 0xC2B2AE35
+_C1: Final = MURMUR3_C1
+_C2: Final = MURMUR3_C2
 _M32: Final = 0xFFFFFFFF
 
 
@@ -38,15 +57,15 @@ def _mix_k1(k1: int) -> int:
 def _mix_h1(h1: int, k1: int) -> int:
     h1 ^= k1
     h1 = ((h1 << 13) | (h1 >> 19)) & _M32
-    return (h1 * 5 + 0xE6546B64) & _M32
+    return (h1 * 5 + MURMUR3_H1_ADD) & _M32
 
 
 def _fmix(h1: int, length: int) -> int:
     h1 ^= length
     h1 ^= h1 >> 16
-    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 = (h1 * MURMUR3_FMIX1) & _M32
     h1 ^= h1 >> 13
-    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 = (h1 * MURMUR3_FMIX2) & _M32
     h1 ^= h1 >> 16
     return h1
 

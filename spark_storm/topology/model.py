@@ -242,6 +242,12 @@ def resolve_class(path: str, what: str) -> Any:
     except ImportError as exc:
         msg = f"{what} {path!r}: cannot import {module_name!r}: {exc}"
         raise ConfigError(msg) from exc
+    except SyntaxError as exc:
+        msg = f"{what} {path!r}: {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
+        raise ConfigError(msg) from exc
+    except Exception as exc:  # the module ran and raised while importing
+        msg = f"{what} {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        raise ConfigError(msg) from exc
     try:
         return getattr(module, attr)
     except AttributeError:

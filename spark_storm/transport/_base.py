@@ -32,6 +32,7 @@ from spark_storm.messaging.api import (
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader
+from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._ledger import DeliveryLedger, Reply
 
 __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
@@ -374,6 +375,7 @@ class TrackingContext(IContext):
     def __init__(self, conf: Config) -> None:
         self.conf = conf
         conf.auth_secret()  # fail now, not on the first connection, when the secret file is bad
+        backoff_from_conf(conf)  # likewise for reconnect bounds that cannot hold
         self._lock = threading.Lock()
         self._connections: list[IConnection] = []
         self._terminated = False

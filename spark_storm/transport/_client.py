@@ -22,15 +22,13 @@ from spark_storm.config import (
     STORM_MAX_FRAME_BYTES,
     TCP_BATCH_BYTES,
     TCP_FLUSH_TIMEOUT_MS,
-    TCP_MAX_WAIT_MS,
-    TCP_MIN_WAIT_MS,
     Config,
 )
 from spark_storm.errors import ConnectionClosedError, TransportError
 from spark_storm.messaging.api import IConnection
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
-from spark_storm.transport._backoff import Backoff
+from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
 from spark_storm.transport._wake import Waker
@@ -82,7 +80,7 @@ class SessionClient(ClientBase):
         self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
-        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
+        self._backoff = backoff_from_conf(conf)
         self._status = ConnectionStatus.CONNECTING
         self._status_cond = threading.Condition()
         self._closing = threading.Event()

@@ -1,15 +1,28 @@
-"""The worker runtime: receive path, executor queues, bolts, transfer, lifecycle."""
+"""The worker runtime: receive path, executor queues, tuple and batch bolts, transfer, lifecycle."""
 
 from __future__ import annotations
 
-from spark_storm.worker.bolt import Bolt, OutputCollector, PassThroughBolt, TopologyContext
+from spark_storm.worker.bolt import (
+    BatchBolt,
+    BatchOutputCollector,
+    Bolt,
+    OutputCollector,
+    PassThroughBatchBolt,
+    PassThroughBolt,
+    TopologyContext,
+)
+from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.tuples import BROADCAST_TASK, Tuple
 from spark_storm.worker.worker import Worker
 
 __all__ = [
     "BROADCAST_TASK",
+    "BatchBolt",
+    "BatchOutputCollector",
     "Bolt",
+    "ColumnarBatch",
     "OutputCollector",
+    "PassThroughBatchBolt",
     "PassThroughBolt",
     "TopologyContext",
     "Tuple",

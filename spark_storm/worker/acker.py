@@ -1,12 +1,24 @@
 """Storm's XOR acker: tuple trees rooted at the tracked source tuples of delivery groups.
 
-Every tracked source tuple is a *root* with a random 64-bit id, kept by the worker that
-received it.  Each tuple of the tree carries, per root, its own random *edge* id.  When
-a bolt emits anchored on a tuple, the child's new edge is XORed into the anchor's
-``pending`` value; when the anchor is acked, ``edge ^ pending`` is XORed into the root.
-Every edge therefore enters the root's value twice (created, then acked) and the value
-is zero exactly when the whole tree has been acked — in any arrival order, because the
-creation of a child travels inside its parent's ack.  A fail anywhere fails the root.
+Every tracked source tuple (or source batch) is a *root* with a random 64-bit id, kept by
+the worker that received it.  Each tuple of the tree carries, per root, its own random
+*edge* id.  When a bolt emits anchored on a tuple, the child's new edge is XORed into
+the anchor's ``pending`` value; when the anchor is acked, ``edge ^ pending`` is XORed
+into the root.  Every edge therefore enters the root's value twice (created, then acked)
+and the value is zero exactly when the whole tree has been acked — in any arrival order,
+because the creation of a child travels inside its parent's ack.  A fail anywhere fails
+the root.
+
+A tree can also stop moving: a worker it passed through died with tuples of it in
+memory.  Two things fail such trees, so the sender replays their groups:
+
+* Storm's message timeout — a root pending longer than ``topology.message.timeout.secs``
+  fails (:meth:`Acker.expire`, run by the worker's timer);
+* a lost peer — when a connection to another worker of the topology drops, every tree
+  pending on this worker may have passed through it, and all of them fail at once
+  (:meth:`Acker.fail_all`).  That can fail trees that would still have completed: their
+  groups are delivered again (at-least-once through the bolts, as with Storm's timeout),
+  in exchange for a replay in milliseconds rather than after the timeout.
 
 Roots on other workers are updated with small messages to the reserved task id
 :data:`ACKER_TASK` on that worker.
@@ -17,6 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from typing import Final
 
 from spark_storm.worker.tuples import GroupTracker
@@ -37,14 +50,16 @@ def new_edge() -> int:
 
 
 class Acker:
-    """The roots of one worker: value per root, and the group tracker to tell."""
+    """The roots of one worker: value per root, its group tracker, and when it was born."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._vals: dict[int, int] = {}
         self._trackers: dict[int, GroupTracker] = {}
+        self._born: dict[int, float] = {}  # insertion order is birth order: the oldest first
         self.completed = 0
         self.failed = 0
+        self.timed_out = 0
 
     def __len__(self) -> int:
         return len(self._vals)
@@ -58,6 +73,7 @@ class Acker:
                 root = new_edge()
             self._vals[root] = edge
             self._trackers[root] = tracker
+            self._born[root] = time.monotonic()
         return root, edge
 
     def update(self, root: int, value: int) -> None:
@@ -70,6 +86,7 @@ class Acker:
                 self._vals[root] = current
                 return
             del self._vals[root]
+            del self._born[root]
             tracker = self._trackers.pop(root)
             self.completed += 1
         tracker.ack()
@@ -77,9 +94,40 @@ class Acker:
     def fail(self, root: int) -> None:
         """Fail ``root``: its group is reported FAILED (and replayed by the sender)."""
         with self._lock:
-            self._vals.pop(root, None)
-            tracker = self._trackers.pop(root, None)
-            if tracker is not None:
-                self.failed += 1
+            tracker = self._pop(root)
         if tracker is not None:
             tracker.fail()
+
+    def _pop(self, root: int) -> GroupTracker | None:
+        # Caller holds the lock.
+        self._vals.pop(root, None)
+        self._born.pop(root, None)
+        tracker = self._trackers.pop(root, None)
+        if tracker is not None:
+            self.failed += 1
+        return tracker
+
+    def expire(self, timeout_s: float) -> int:
+        """Fail the roots pending longer than ``timeout_s`` (Storm's message timeout); return how many."""
+        limit = time.monotonic() - timeout_s
+        failed = []
+        with self._lock:
+            while self._born:
+                root = next(iter(self._born))
+                if self._born[root] > limit:
+                    break
+                tracker = self._pop(root)
+                if tracker is not None:
+                    failed.append(tracker)
+            self.timed_out += len(failed)
+        for tracker in failed:
+            tracker.fail()
+        return len(failed)
+
+    def fail_all(self) -> int:
+        """Fail every pending root (a peer the trees may have passed through is gone); return how many."""
+        with self._lock:
+            trackers = [t for t in (self._pop(r) for r in list(self._vals)) if t is not None]
+        for tracker in trackers:
+            tracker.fail()
+        return len(trackers)

@@ -1,16 +1,39 @@
-"""The bolt API: Bolt, TopologyContext, OutputCollector (Storm's IBolt in Python)."""
+"""The bolt API: Bolt and BatchBolt, their collectors, TopologyContext (Storm's IBolt in Python).
+
+Two kinds of bolt run in the same topology:
+
+* :class:`Bolt` — Storm's API, one :class:`~spark_storm.worker.tuples.Tuple` per
+  ``execute`` call, ``collector.emit(values)``;
+* :class:`BatchBolt` — columnar: ``execute_batch`` gets a
+  :class:`~spark_storm.worker.columnar.ColumnarBatch` (a ``pyarrow.RecordBatch`` of the
+  input stream's fields plus its origin) and emits record batches with
+  ``collector.emit_batch``; groupings route batches with numpy, and batches cross
+  workers as Arrow IPC.  Nothing is turned into Python rows unless a tuple bolt is
+  downstream.
+"""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.worker.tuples import Tuple
 
-__all__ = ["Bolt", "OutputCollector", "PassThroughBolt", "TopologyContext"]
+if TYPE_CHECKING:
+    from spark_storm.worker.columnar import ColumnarBatch
+
+__all__ = [
+    "BatchBolt",
+    "BatchOutputCollector",
+    "Bolt",
+    "OutputCollector",
+    "PassThroughBatchBolt",
+    "PassThroughBolt",
+    "TopologyContext",
+]
 
 
 @dataclass(frozen=True)
@@ -103,3 +126,68 @@ class PassThroughBolt(Bolt):
             return  # ticks are for the bolt, not data to pass on
         self.collector.emit(tup.values, anchors=tup)
         self.collector.ack(tup)
+
+
+class BatchOutputCollector(abc.ABC):
+    """Emits, acks and fails columnar batches on behalf of one batch-bolt task."""
+
+    @abc.abstractmethod
+    def emit_batch(
+        self,
+        data: Any,
+        stream: str = DEFAULT_STREAM,
+        anchors: Sequence[ColumnarBatch] | ColumnarBatch | None = None,
+        tasks: Any = None,
+    ) -> None:
+        """Emit rows on ``stream``.
+
+        Parameters
+        ----------
+        data : pyarrow.RecordBatch, pyarrow.Table or mapping of field -> array-like
+            The rows; columns are matched to the stream's declared fields by name.
+        stream : str
+        anchors : ColumnarBatch or sequence of them, optional
+            Input batches the rows derive from (tuple trees, for ``delivery=processed``).
+        tasks : int or array of int, optional
+            Direct grouping only: the consumer task of every row (or one for all rows).
+        """
+
+    @abc.abstractmethod
+    def ack(self, batch: ColumnarBatch) -> None:
+        """Mark every row of ``batch`` processed."""
+
+    @abc.abstractmethod
+    def fail(self, batch: ColumnarBatch) -> None:
+        """Mark ``batch`` failed (its delivery group is replayed)."""
+
+
+class BatchBolt(abc.ABC):
+    """A columnar processing step; one instance per task, called from one executor thread.
+
+    Lifecycle: ``prepare`` once, ``execute_batch`` per batch (tick tuples arrive as a
+    one-row batch with ``batch.is_tick``; tuples from tuple bolts arrive assembled into
+    one batch per executor batch), ``cleanup`` at shutdown after the queue drained.
+    """
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: BatchOutputCollector) -> None:
+        """Set up the task; keep the collector to emit from ``execute_batch``."""
+        self.conf = conf
+        self.context = context
+        self.collector = collector
+
+    @abc.abstractmethod
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        """Process one batch of rows."""
+
+    def cleanup(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; called once at shutdown."""
+
+
+class PassThroughBatchBolt(BatchBolt):
+    """Emits each batch unchanged on the default stream (a columnar source's pass-through)."""
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            return
+        self.collector.emit_batch(batch.data, anchors=batch)
+        self.collector.ack(batch)

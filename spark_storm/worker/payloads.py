@@ -1,8 +1,18 @@
-"""Arrow IPC payloads: many rows for one source task in one message (the Spark fast path).
+"""Tuple payloads on the wire (documented in docs/protocol.md, "Tuple payloads").
 
-A Spark writer groups an Arrow record batch's rows by task and sends each group as one
-Arrow IPC stream (vectorised on the Spark side, no per-row Python).  Such a payload
-starts with the IPC continuation marker ``FF FF FF FF``, which no msgpack array does.
+The messaging layer treats payloads as opaque; this module is the worker's codec:
+
+* to a **source** task (from Spark or any client): the values of one tuple as an array
+  (``topology.serializer``, msgpack by default), or an **Arrow IPC stream** (starts with
+  the continuation marker ``FF FF FF FF``, which no msgpack array does) carrying many rows,
+  columns matched to the source's fields by name — what the Spark writer sends;
+* between bolts, tuples: ``[source_task, stream, [values, ...], anchors]`` — every tuple a
+  task emitted to one destination task in one executor batch, in emit order; ``anchors``
+  is nil (untracked) or one list of ``[acker slot, root, edge]`` triples per tuple.  The
+  single-tuple form ``[source_task, stream, values]`` is accepted too (clients, broadcast);
+* between bolts, columnar batches: an Arrow IPC stream whose schema metadata
+  ``storm`` holds ``[source_task, stream, anchors]`` (msgpack; anchors nil or one list of
+  triples for the whole batch, which is one edge of its tuple trees).
 """
 
 from __future__ import annotations
@@ -10,31 +20,148 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from spark_storm.errors import WireFormatError
+import msgpack
+import pyarrow as pa
 
-__all__ = ["ARROW_STREAM_MAGIC", "arrow_rows"]
+from spark_storm.errors import WireFormatError
+from spark_storm.worker.serializer import Serializer
+from spark_storm.worker.tuples import Anchor
+
+__all__ = [
+    "ARROW_STREAM_MAGIC",
+    "STORM_METADATA_KEY",
+    "BoltPayload",
+    "arrow_payload",
+    "columnar_metadata",
+    "pack_tuples",
+    "read_arrow",
+    "select_fields",
+    "unpack_bolt",
+]
 
 ARROW_STREAM_MAGIC: Final = b"\xff\xff\xff\xff"
+STORM_METADATA_KEY: Final = b"storm"
+
+#: (source task, stream, rows of values, anchors per row or None)
+BoltPayload = tuple[int, str, list[list[Any]], list[list[Anchor]] | None]
 
 
-def arrow_rows(payload: bytes, fields: Sequence[str]) -> list[list[Any]]:
-    """Decode an Arrow IPC stream into rows of ``fields`` (by column name).
+def pack_tuples(
+    serializer: Serializer,
+    source_task: int,
+    stream: str,
+    rows: list[list[Any]],
+    anchors: list[list[Anchor]] | None,
+) -> bytes:
+    """Encode the tuples one task emitted to one destination (in order)."""
+    return serializer.dumps([source_task, stream, rows, anchors])
+
+
+def unpack_bolt(serializer: Serializer, payload: bytes) -> BoltPayload:
+    """Decode a bolt-to-bolt tuple payload (batch or single-tuple form).
 
     Raises
     ------
     WireFormatError
-        Not a readable Arrow stream, or a declared field is missing from it.
+        Not one of the two forms, or the parts have the wrong types.
     """
-    import pyarrow as pa  # only workers that receive Arrow payloads need it
+    decoded = serializer.loads(payload)
+    if not isinstance(decoded, list) or len(decoded) not in (3, 4):
+        msg = "a bolt tuple payload must be [source_task, stream, values] or [source_task, stream, rows, anchors]"
+        raise WireFormatError(msg)
+    src, stream = decoded[0], decoded[1]
+    if type(src) is not int or type(stream) is not str:
+        msg = f"a bolt tuple payload starts with source task (int) and stream (str), got {src!r}, {stream!r}"
+        raise WireFormatError(msg)
+    if len(decoded) == 3:
+        values = decoded[2]
+        if type(values) is not list:
+            msg = f"tuple values must be an array, got {type(values).__name__}"
+            raise WireFormatError(msg)
+        return src, stream, [values], None
+    rows, anchors = decoded[2], decoded[3]
+    if type(rows) is not list or not set(map(type, rows)) <= {list}:
+        msg = "the rows of a bolt tuple payload must be an array of arrays"
+        raise WireFormatError(msg)
+    if anchors is not None:
+        if type(anchors) is not list or len(anchors) != len(rows):
+            msg = "the anchors of a bolt tuple payload must be nil or one entry per row"
+            raise WireFormatError(msg)
+        try:
+            anchors = [[(int(s), int(r), int(e)) for s, r, e in a] for a in anchors]
+        except (TypeError, ValueError) as exc:
+            msg = f"bad anchors in a bolt tuple payload: {exc}"
+            raise WireFormatError(msg) from exc
+    return src, stream, rows, anchors
 
+
+def arrow_payload(data: pa.RecordBatch, metadata: bytes | None = None) -> bytes:
+    """One record batch as an Arrow IPC stream, with ``storm`` schema metadata if given."""
+    schema = data.schema
+    if metadata is not None:
+        schema = schema.with_metadata({STORM_METADATA_KEY: metadata})
+        data = data.replace_schema_metadata({STORM_METADATA_KEY: metadata})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(data)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def columnar_metadata(source_task: int, stream: str, anchors: list[Anchor] | None) -> bytes:
+    """Encode the ``storm`` metadata of a bolt-to-bolt Arrow payload."""
+    return bytes(msgpack.packb([source_task, stream, [list(a) for a in anchors] if anchors else None]))
+
+
+def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anchor] | None] | None]:
+    """Decode an Arrow IPC payload: its rows as one record batch, and its ``storm`` origin.
+
+    The batch is validated in full (offsets, UTF-8): the bytes came off a socket.
+
+    Raises
+    ------
+    WireFormatError
+        Not a readable, valid Arrow stream, or bad ``storm`` metadata.
+    """
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
+        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        schema = reader.schema
+        batches = list(reader)
+        if len(batches) == 1:
+            data = batches[0]
+        elif not batches:
+            data = pa.RecordBatch.from_pylist([], schema=schema)
+        else:
+            data = pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        data.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         msg = f"payload of {len(payload)} bytes is not a valid Arrow IPC stream: {exc}"
         raise WireFormatError(msg) from exc
-    missing = [f for f in fields if f not in table.column_names]
+    meta = schema.metadata or {}
+    raw = meta.get(STORM_METADATA_KEY)
+    if raw is None:
+        return data, None
+    try:
+        src, stream, anchors = msgpack.unpackb(raw)
+        origin = (int(src), str(stream), [(int(s), int(r), int(e)) for s, r, e in anchors] if anchors else None)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        msg = f"bad storm metadata in an Arrow payload: {exc}"
+        raise WireFormatError(msg) from exc
+    return data.replace_schema_metadata(None), origin
+
+
+def select_fields(data: pa.RecordBatch, fields: Sequence[str]) -> pa.RecordBatch:
+    """Pick the declared ``fields`` of a batch, by name and in declared order.
+
+    Raises
+    ------
+    WireFormatError
+        A declared field is missing.
+    """
+    names = data.schema.names
+    if list(names) == list(fields):
+        return data
+    missing = [f for f in fields if f not in names]
     if missing:
-        msg = f"Arrow payload lacks fields {missing} (it has {table.column_names}); send the source's fields"
+        msg = f"Arrow payload lacks fields {missing} (it has {names}); send the source's fields"
         raise WireFormatError(msg)
-    columns = [table.column(f).to_pylist() for f in fields]
-    return list(map(list, zip(*columns, strict=True))) if columns else [[] for _ in range(table.num_rows)]
+    return pa.RecordBatch.from_arrays([data.column(f) for f in fields], names=list(fields))

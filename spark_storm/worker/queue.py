@@ -1,42 +1,44 @@
-"""Bounded ring-buffer queues with batch publish and batch consume (Storm's JCQueue).
+"""Bounded queues of batches, counted in tuples (Storm's JCQueue, batch in, batch out).
 
-* ``publish(items)`` copies a whole batch in under one lock; when the ring is full it
-  waits (counted as ``overflow``): there is no unbounded overflow list anywhere.
-* ``consume_batch(handler)`` takes everything available at once and calls
-  ``handler(item, end_of_batch)`` per item, the flag true on the last one (Disruptor).
-* the consumer waits progressively: spin, then yield, then park on a condition.
+Storm 2.x publishes to an executor's ``JCQueue`` in batches and the consumer drains
+whatever is there in one ``consume`` call.  Here every queue item is already a batch —
+the tuples one publisher has for one task, or one columnar batch — and carries its
+weight in tuples (rows), so locking, waking and watermark checks happen once per batch:
+
+* ``publish(items, weight)`` appends all of ``items`` at once, waiting while the queue
+  holds tuples and ``weight`` more would pass ``capacity`` (counted as ``overflow``;
+  there is no unbounded overflow list).  A batch larger than the whole capacity enters an
+  empty queue, and the consumer thread itself never waits (a bolt emitting to a task of
+  its own executor must not deadlock on its own queue);
+* ``take(limit, timeout)`` waits for something, then returns items up to ``limit``
+  tuples (at least one item);
 * crossing the high watermark calls ``on_high``, draining under the low one ``on_low``:
   the worker turns those into backpressure status for upstream senders.
+
+Waiting is a plain condition variable: under the GIL a consumer spinning for work only
+takes the interpreter from the producer that would give it some.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["RingQueue", "WaitStrategy"]
+__all__ = ["BatchQueue"]
 
 T = TypeVar("T")
 
 
-class WaitStrategy:
-    """Spin ``spins`` times, then ``time.sleep(0)`` ``yields`` times, then park (progressive)."""
-
-    def __init__(self, spins: int = 100, yields: int = 10, park_s: float = 0.05) -> None:
-        self.spins = spins
-        self.yields = yields
-        self.park_s = park_s
-
-
-class RingQueue(Generic[T]):
-    """A bounded multi-producer, single-consumer ring buffer.
+class BatchQueue(Generic[T]):
+    """A bounded multi-producer, single-consumer FIFO of weighted items.
 
     Parameters
     ----------
     capacity : int
-        Slots in the ring.
+        Tuples the queue holds before publishers wait.
     name : str
         For metrics and logs.
     high, low : float
@@ -53,15 +55,13 @@ class RingQueue(Generic[T]):
         low: float = 0.4,
         on_high: Callable[[], None] | None = None,
         on_low: Callable[[], None] | None = None,
-        wait: WaitStrategy | None = None,
     ) -> None:
         if capacity < 1:
             msg = f"queue {name}: capacity must be >= 1, got {capacity}"
             raise ValueError(msg)
         self.name = name
         self.capacity = capacity
-        self._ring: list[Any] = [None] * capacity
-        self._head = 0  # next slot to read
+        self._items: deque[tuple[T, int]] = deque()
         self._size = 0
         self._lock = threading.Lock()
         self._not_full = threading.Condition(self._lock)
@@ -71,11 +71,15 @@ class RingQueue(Generic[T]):
         self._on_high = on_high
         self._on_low = on_low
         self._over_high = False
-        self._wait = wait or WaitStrategy()
         self._closed = False
+        self._waiting = False  # the consumer is parked in take(): publishers must notify
+        self.consumer: int | None = None
         self.published = 0
         self.consumed = 0
         self.overflow = 0
+        self.overflow_waiters = 0
+        self.publishes = 0
+        self.wakeups = 0
         self._rate_mark = (time.monotonic(), 0)
         self.arrival_rate = 0.0
 
@@ -86,108 +90,97 @@ class RingQueue(Generic[T]):
     def population(self) -> int:
         return self._size
 
-    def publish(self, items: Sequence[T], timeout: float | None = None) -> int:
-        """Append ``items`` in order, waiting for room as needed.
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
-        Returns how many were published: all of them, unless the queue was closed or
-        ``timeout`` (seconds) ran out while it was full.
+    def publish(self, items: Sequence[T], weights: Sequence[int], timeout: float | None = None) -> bool:
+        """Append ``items`` (with their weights in tuples) in order, waiting for room.
+
+        Returns False, publishing nothing, when the queue was closed or ``timeout``
+        (seconds) ran out while it was full.
         """
-        n = len(items)
-        done = 0
-        deadline = None if timeout is None else time.monotonic() + timeout
+        total = sum(weights)
         crossed = False
         with self._lock:
-            while done < n:
-                room = self.capacity - self._size
-                if room == 0:
-                    if self._closed:
-                        break
-                    self.overflow += 1
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        break
-                    self._not_full.wait(remaining if remaining is not None else 0.5)
-                    continue
-                take = min(room, n - done)
-                tail = (self._head + self._size) % self.capacity
-                first = min(take, self.capacity - tail)
-                self._ring[tail : tail + first] = items[done : done + first]
-                if take > first:
-                    self._ring[0 : take - first] = items[done + first : done + take]
-                self._size += take
-                done += take
-                self.published += take
+            if self._size and self._size + total > self.capacity and threading.get_ident() != self.consumer:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                self.overflow += 1
+                self.overflow_waiters += 1
+                try:
+                    while self._size and self._size + total > self.capacity:
+                        if self._closed:
+                            return False
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            return False
+                        self._not_full.wait(0.5 if remaining is None else min(remaining, 0.5))
+                finally:
+                    self.overflow_waiters -= 1
+            if self._closed:
+                return False
+            self._items.extend(zip(items, weights, strict=True))
+            self._size += total
+            self.published += total
+            self.publishes += 1
+            if self._waiting:
+                self.wakeups += 1
                 self._not_empty.notify()
-                if not self._over_high and self._size >= self._high:
-                    self._over_high = True
-                    crossed = True
+            if not self._over_high and self._size >= self._high:
+                self._over_high = crossed = True
         if crossed and self._on_high is not None:
             self._on_high()
-        return done
+        return True
 
-    def _take_all(self, limit: int) -> list[Any]:
-        # Caller holds the lock.
-        n = min(self._size, limit)
-        head = self._head
-        end = head + n
-        if end <= self.capacity:
-            out = self._ring[head:end]
-            self._ring[head:end] = [None] * n
-        else:
-            wrap = end - self.capacity
-            out = self._ring[head:] + self._ring[:wrap]
-            self._ring[head:] = [None] * (self.capacity - head)
-            self._ring[:wrap] = [None] * wrap
-        self._head = end % self.capacity
-        self._size -= n
-        self.consumed += n
-        self._not_full.notify_all()
-        return out
+    def take(self, limit: int, timeout: float, gate: Callable[[], bool] | None = None) -> list[T]:
+        """Wait up to ``timeout`` for items; return them up to ``limit`` tuples (at least one item).
 
-    def consume_batch(self, handler: Callable[[T, bool], None], limit: int = 1 << 30) -> int:
-        """Hand every available item (up to ``limit``) to ``handler(item, end_of_batch)``.
-
-        Returns the number consumed (0 when empty; does not wait).
+        With a ``gate``, nothing is taken while ``gate()`` is false (checked under the
+        lock, after any wait): a paused consumer leaves everything queued.
         """
         with self._lock:
-            if not self._size:
-                return 0
-            batch = self._take_all(limit)
+            if not self._items or (gate is not None and not gate()):
+                if self._closed or timeout <= 0:
+                    return []
+                self._waiting = True
+                try:
+                    self._not_empty.wait(timeout)
+                finally:
+                    self._waiting = False
+                if not self._items or (gate is not None and not gate()):
+                    return []
+            items = self._items
+            out: list[T] = []
+            taken = 0
+            while items and (taken < limit or not out):
+                item, weight = items.popleft()
+                out.append(item)
+                taken += weight
+            self._size -= taken
+            self.consumed += taken
+            if self.overflow_waiters:
+                self._not_full.notify_all()
             cleared = self._over_high and self._size <= self._low
             if cleared:
                 self._over_high = False
         if cleared and self._on_low is not None:
             self._on_low()
-        last = len(batch) - 1
-        for i, item in enumerate(batch):
-            handler(item, i == last)
-        return len(batch)
+        return out
 
-    def wait_for_items(self, timeout: float) -> bool:
-        """Wait (spin, yield, then park) until something is queued, the queue closes, or ``timeout``."""
-        if self._size:
-            return True
-        for _ in range(self._wait.spins):
-            if self._size or self._closed:
-                return bool(self._size)
-        for _ in range(self._wait.yields):
-            time.sleep(0)
-            if self._size or self._closed:
-                return bool(self._size)
+    def wake(self) -> None:
+        """Wake a waiting consumer (an activate or a stop); returns once no take is under way."""
         with self._lock:
-            if not self._size and not self._closed:
-                self._not_empty.wait(min(timeout, self._wait.park_s) if timeout > 0 else 0)
-            return bool(self._size)
+            self._not_empty.notify_all()
 
     def close(self) -> None:
-        """Refuse waits for room (publishers return) and wake the consumer."""
+        """Refuse further publishes (waiting publishers return False) and wake the consumer."""
         with self._lock:
             self._closed = True
             self._not_full.notify_all()
             self._not_empty.notify_all()
 
     def metrics(self) -> dict[str, Any]:
-        """capacity, population, overflow, published, consumed, arrival_rate (items/s)."""
+        """capacity, population, overflow, published, consumed, arrival_rate (tuples/s), backpressure."""
         now = time.monotonic()
         then, count = self._rate_mark
         if now - then >= 1.0:
@@ -199,6 +192,8 @@ class RingQueue(Generic[T]):
             "overflow": self.overflow,
             "published": self.published,
             "consumed": self.consumed,
+            "publishes": self.publishes,
+            "wakeups": self.wakeups,
             "arrival_rate": round(self.arrival_rate, 1),
             "backpressure": self._over_high,
         }

@@ -40,11 +40,9 @@ class Serializer(abc.ABC):
     def loads(self, data: bytes) -> Any:
         """Deserialize; raise :class:`WireFormatError` on bytes that are not ours."""
 
-    def dumps_values(self, values: list[Any]) -> bytes:
-        return self.dumps(values)
-
-    def dumps_tuple(self, source_task: int, stream: str, values: list[Any]) -> bytes:
-        return self.dumps([source_task, stream, values])
+    def loads_many(self, payloads: list[bytes]) -> list[Any]:
+        """Deserialize many payloads; WireFormatError if any is bad (callers then go one by one)."""
+        return [self.loads(p) for p in payloads]
 
 
 class MsgpackSerializer(Serializer):
@@ -67,6 +65,14 @@ class MsgpackSerializer(Serializer):
             return msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:  # msgpack raises several unrelated types on garbage
             msg = f"payload of {len(data)} bytes is not valid msgpack: {exc}"
+            raise WireFormatError(msg) from exc
+
+    def loads_many(self, payloads: list[bytes]) -> list[Any]:
+        unpackb = msgpack.unpackb
+        try:
+            return [unpackb(p, raw=False, strict_map_key=False) for p in payloads]
+        except Exception as exc:  # which payload is bad is for the caller's slow path to say
+            msg = f"a batch of {len(payloads)} payloads holds invalid msgpack: {exc}"
             raise WireFormatError(msg) from exc
 
 

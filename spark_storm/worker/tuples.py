@@ -1,21 +1,78 @@
-"""Tuples as bolts see them, and tuples addressed to a task (AddressedTuple)."""
+"""Tuples as bolts see them, where they come from, and delivery-group tracking.
+
+A :class:`Tuple` is two references on the hot path: its values and a shared
+:class:`TupleSource` (component, task, stream, fields) that every tuple of that origin
+points to — Storm's ``TupleImpl`` likewise keeps its values and a pointer to the
+topology context rather than copies of the metadata.  Anchors (tuple trees, for
+``delivery=processed``) are empty for untracked tuples.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from spark_storm.messaging.wire import FAILED as FAILED_STATUS
 from spark_storm.messaging.wire import PROCESSED as PROCESSED_STATUS
 
-__all__ = ["BROADCAST_TASK", "SYSTEM_COMPONENT", "TICK_STREAM", "AddressedTuple", "GroupTracker", "Tuple"]
+__all__ = [
+    "BROADCAST_TASK",
+    "CLIENT_COMPONENT",
+    "NO_ANCHORS",
+    "SYSTEM_COMPONENT",
+    "TICK_SOURCE",
+    "TICK_STREAM",
+    "Anchor",
+    "GroupTracker",
+    "Tuple",
+    "TupleSource",
+]
 
 #: Wire task id meaning "no task": delivered to every task of every executor in the
 #: receiving worker (Storm 0.8's nil task id).  Real task ids start at 1.
-BROADCAST_TASK = 0
-SYSTEM_COMPONENT = "__system"
-TICK_STREAM = "__tick"
+BROADCAST_TASK: Final = 0
+SYSTEM_COMPONENT: Final = "__system"
+TICK_STREAM: Final = "__tick"
+#: ``source_component`` of tuples that external clients (Spark) send to source tasks.
+CLIENT_COMPONENT: Final = "__client"
+
+#: (acker slot index, root id, edge id): one tuple tree a tuple belongs to.
+Anchor = tuple[int, int, int]
+#: The anchors of an untracked tuple (shared; never mutated).
+NO_ANCHORS: Final[list[Anchor]] = []
+
+
+class TupleSource:
+    """Where tuples come from: component, task and stream, with the stream's fields.
+
+    One instance is shared by every tuple (and columnar batch) of that origin.
+
+    Attributes
+    ----------
+    component : str
+    task : int
+        -1 for tuples sent by an external client to a source component.
+    stream : str
+    fields : tuple[str, ...]
+    """
+
+    __slots__ = ("component", "fields", "index", "is_tick", "stream", "task")
+
+    def __init__(self, component: str, task: int, stream: str, fields: Sequence[str]) -> None:
+        self.component = component
+        self.task = task
+        self.stream = stream
+        self.fields = tuple(fields)
+        self.index = {f: i for i, f in enumerate(self.fields)}
+        self.is_tick = stream == TICK_STREAM and component == SYSTEM_COMPONENT
+
+    def __repr__(self) -> str:
+        return f"{self.component}:{self.task}/{self.stream}{list(self.fields)}"
+
+
+#: The origin of tick tuples (Storm's ``__system`` component, ``__tick`` stream).
+TICK_SOURCE: Final = TupleSource(SYSTEM_COMPONENT, -1, TICK_STREAM, ("ts",))
 
 
 class Tuple:
@@ -24,6 +81,7 @@ class Tuple:
     Attributes
     ----------
     values : list
+    source : TupleSource
     fields : tuple[str, ...]
     source_component : str
     source_task : int
@@ -31,33 +89,43 @@ class Tuple:
     stream : str
     """
 
-    __slots__ = ("anchors", "fields", "pending", "source_component", "source_task", "stream", "values")
+    __slots__ = ("anchors", "pending", "source", "values")
 
-    def __init__(
-        self,
-        values: list[Any],
-        fields: Sequence[str],
-        source_component: str,
-        source_task: int,
-        stream: str,
-    ) -> None:
+    def __init__(self, values: list[Any], source: TupleSource) -> None:
         self.values = values
-        self.fields = tuple(fields)
-        self.source_component = source_component
-        self.source_task = source_task
-        self.stream = stream
-        #: Tuple trees this tuple belongs to: (acker slot index, root id, this tuple's edge id).
-        self.anchors: list[tuple[int, int, int]] = []
+        self.source = source
+        #: Tuple trees this tuple belongs to (empty: untracked).
+        self.anchors = NO_ANCHORS
         #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
         self.pending: dict[tuple[int, int], int] | None = None
 
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.source.fields
+
+    @property
+    def source_component(self) -> str:
+        return self.source.component
+
+    @property
+    def source_task(self) -> int:
+        return self.source.task
+
+    @property
+    def stream(self) -> str:
+        return self.source.stream
+
+    @property
+    def is_tick(self) -> bool:
+        return self.source.is_tick
+
     def get(self, field: str) -> Any:
         """Value of ``field`` (KeyError naming the fields when absent)."""
-        try:
-            return self.values[self.fields.index(field)]
-        except ValueError:
-            msg = f"tuple from {self.source_component!r} has no field {field!r}; fields are {list(self.fields)}"
-            raise KeyError(msg) from None
+        index = self.source.index.get(field)
+        if index is None:
+            msg = f"tuple from {self.source.component!r} has no field {field!r}; fields are {list(self.fields)}"
+            raise KeyError(msg)
+        return self.values[index]
 
     def __getitem__(self, index: int) -> Any:
         return self.values[index]
@@ -65,22 +133,17 @@ class Tuple:
     def __len__(self) -> int:
         return len(self.values)
 
-    @property
-    def is_tick(self) -> bool:
-        return self.stream == TICK_STREAM and self.source_component == SYSTEM_COMPONENT
-
     def __repr__(self) -> str:
-        return (
-            f"Tuple({self.source_component}:{self.source_task}/{self.stream} "
-            f"{dict(zip(self.fields, self.values, strict=False)) if self.fields else self.values!r})"
-        )
+        s = self.source
+        shown = dict(zip(s.fields, self.values, strict=False)) if s.fields else self.values
+        return f"Tuple({s.component}:{s.task}/{s.stream} {shown!r})"
 
 
 class GroupTracker:
-    """Counts the acks of one delivery group's tuples; reports PROCESSED when all are in.
+    """Counts the acks of one delivery group's tuple trees; reports PROCESSED when all are in.
 
     The worker calls :meth:`expect` while decoding, :meth:`sealed` once every tuple is
-    queued; collectors call :meth:`ack` / :meth:`fail` for source tuples.  The first fail
+    queued; the acker calls :meth:`ack` / :meth:`fail` as trees complete.  The first fail
     reports FAILED (the sender retries the group; delivery is at-least-once).
     """
 
@@ -117,10 +180,3 @@ class GroupTracker:
             self._failed = True
         if first:
             self._done(FAILED_STATUS)
-
-
-class AddressedTuple(NamedTuple):
-    """A tuple on its way to ``task`` (``BROADCAST_TASK``: every task of the executor)."""
-
-    task: int
-    tuple: Tuple

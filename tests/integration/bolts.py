@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.tuples import Tuple
 
 
@@ -24,6 +26,10 @@ class RecordingBolt(Bolt):
         self.ticks = 0
         self.delay = float(conf.get("record.delay.s", 0))
         self.forward = bool(context.output_fields)
+        self.journal: TextIO | None = None
+        if conf.get("record.journal"):  # every tuple as it executes, so a SIGKILLed worker's work shows too
+            name = f"journal-{context.component_id}-{context.task_id}-{os.getpid()}.jsonl"
+            self.journal = (Path(str(conf["record.dir"])) / name).open("a", buffering=1)
 
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick:
@@ -40,12 +46,17 @@ class RecordingBolt(Bolt):
         if self.delay:
             time.sleep(self.delay)
         self.keys[key] += 1
+        if self.journal is not None:
+            self.journal.write(json.dumps([key, tup.values[1]]) + "\n")
         if self.forward:
             self.collector.emit([key, tup.values[1]], anchors=tup)
         self.collector.ack(tup)
 
     def cleanup(self) -> None:
-        out = Path(str(self.conf["record.dir"])) / f"{self.context.component_id}-{self.context.task_id}.json"
+        name = f"{self.context.component_id}-{self.context.task_id}"
+        if self.conf.get("record.per.instance"):  # a task that moves between workers records twice
+            name += f"-{self.context.worker.replace(':', '_')}-{id(self)}"
+        out = Path(str(self.conf["record.dir"])) / f"{name}.json"
         out.write_text(
             json.dumps(
                 {
@@ -71,3 +82,49 @@ class DirectEmitter(RecordingBolt):
         self.keys[str(tup.values[0])] += 1
         self.collector.emit_direct(targets[n % len(targets)], [tup.values[0], n])
         self.collector.ack(tup)
+
+
+class BatchRecordingBolt(BatchBolt):
+    """The columnar twin of RecordingBolt: counts rows per key (column 0), forwards the
+    batch when it declares outputs, records ticks and batch sizes, writes
+    ``<record.dir>/<component>-<task>.json`` at cleanup."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: BatchOutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.keys: Counter[str] = Counter()
+        self.ticks = 0
+        self.batches = 0
+        self.kinds: Counter[str] = Counter()
+        self.forward = bool(context.output_fields)
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            self.ticks += 1
+            return
+        keys = [str(k) for k in batch.data.column(0).to_pylist()]
+        if "boom" in keys and self.conf.get("record.boom.component") in (None, self.context.component_id):
+            msg = "boom on purpose"
+            raise RuntimeError(msg)
+        self.batches += 1
+        self.kinds[batch.source_component] += 1
+        self.keys.update(keys)
+        if self.forward:
+            self.collector.emit_batch(batch.data, anchors=batch)
+        self.collector.ack(batch)
+
+    def cleanup(self) -> None:
+        out = Path(str(self.conf["record.dir"])) / f"{self.context.component_id}-{self.context.task_id}.json"
+        out.write_text(
+            json.dumps(
+                {
+                    "component": self.context.component_id,
+                    "task": self.context.task_id,
+                    "count": sum(self.keys.values()),
+                    "keys": self.keys,
+                    "ticks": self.ticks,
+                    "batches": self.batches,
+                    "sources": self.kinds,
+                    "broadcast": 0,
+                }
+            )
+        )

@@ -6,20 +6,18 @@ import json
 import signal
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
-import yaml
 
-from spark_storm.messaging import IConnection, IContext, TaskMessage
-from spark_storm.topology import Plan, Slot
+from spark_storm.messaging import TaskMessage
+from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
 from spark_storm.worker.tuples import BROADCAST_TASK
 from tests.helpers import wait_until
+from tests.integration.runs import Run, arrow_payload, rows
 
 pytestmark = pytest.mark.integration
 
@@ -54,77 +52,6 @@ def three_stage(grouping: str, record_dir: Path, **conf: Any) -> dict[str, Any]:
     }
 
 
-_RUNS: list[Run] = []
-
-
-class Run:
-    """A cluster of one test topology plus a client connected to every worker."""
-
-    def __init__(self, tmp: Path, topo: dict[str, Any], workers: int, **overrides: Any) -> None:
-        self.records = tmp / "records"
-        self.records.mkdir(exist_ok=True)
-        path = tmp / "topology.yaml"
-        path.write_text(yaml.safe_dump(topo))
-        self.cluster = LocalCluster(str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides})
-        self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
-        self.conns: dict[Slot, IConnection] = {}
-        self.stopped = False
-        _RUNS.append(self)
-
-    def start(self) -> Run:
-        self.cluster.start()
-        self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
-        return self
-
-    @property
-    def plan(self) -> Plan:
-        return self.cluster.plan
-
-    def send_to_sources(self, rows: list[list[Any]]) -> None:
-        sources = list(self.plan.component_tasks["in"])
-        batches: dict[Slot, list[TaskMessage]] = {}
-        for i, row in enumerate(rows):
-            task = sources[i % len(sources)]
-            batches.setdefault(self.plan.task_slot[task], []).append(TaskMessage(task, msgpack.packb(row)))
-        for slot, msgs in batches.items():
-            self.conns[slot].send(msgs)
-        for conn in self.conns.values():
-            assert conn.flush(30), conn.metrics()
-
-    def health(self, slot: Slot) -> dict[str, Any]:
-        hb = self.cluster.heartbeat(slot)
-        assert hb is not None
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            data: dict[str, Any] = json.loads(r.read())
-            return data
-
-    def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
-        self.stopped = True
-        self.ctx.term()
-        codes = self.cluster.stop()
-        assert all(c == 0 for c in codes.values()), {str(s): self.cluster.log_tail(s) for s in codes}
-        out: dict[str, dict[int, dict[str, Any]]] = {}
-        for f in self.records.glob("*.json"):
-            rec = json.loads(f.read_text())
-            out.setdefault(rec["component"], {})[rec["task"]] = rec
-        return out
-
-
-@pytest.fixture
-def tmp(tmp_path: Path) -> Iterator[Path]:
-    yield tmp_path
-    while _RUNS:  # a failed test must not leave worker processes behind
-        run = _RUNS.pop()
-        if not run.stopped:
-            run.stopped = True
-            run.ctx.term()
-            run.cluster.stop()
-
-
-def _rows(n: int, keys: int = 17) -> list[list[Any]]:
-    return [[f"k{i % keys}", i] for i in range(n)]
-
-
 def _check_stage2(records: dict[str, dict[int, dict[str, Any]]], total: int) -> None:
     stage2 = records["stage2"]
     assert sum(r["count"] for r in stage2.values()) == total
@@ -139,7 +66,7 @@ def _check_stage2(records: dict[str, dict[int, dict[str, Any]]], total: int) -> 
 def test_three_stages_over_two_workers_every_grouping(tmp: Path, grouping: str) -> None:
     run = Run(tmp, three_stage(grouping, tmp / "records"), 2).start()
     n = 600
-    run.send_to_sources(_rows(n))
+    run.send_to_sources(rows(n))
     records = run.stop()
     stage1 = records["stage1"]
     assert sorted(stage1) == [3, 4, 5, 6]  # tasks: in 1-2, stage1 3-6, stage2 7-9
@@ -163,7 +90,7 @@ def test_three_stages_over_two_workers_every_grouping(tmp: Path, grouping: str) 
 @pytest.mark.parametrize("mode", ["push", "pull"])
 def test_three_workers_both_receive_modes(tmp: Path, mode: str) -> None:
     run = Run(tmp, three_stage("shuffle", tmp / "records"), 3, **{"topology.receiver.mode": mode}).start()
-    run.send_to_sources(_rows(900))
+    run.send_to_sources(rows(900))
     records = run.stop()
     assert sum(r["count"] for r in records["stage1"].values()) == 900
     _check_stage2(records, 900)
@@ -190,7 +117,7 @@ def test_direct_grouping_reaches_the_chosen_task(tmp: Path) -> None:
         ],
     }
     run = Run(tmp, topo, 2).start()
-    run.send_to_sources(_rows(100))
+    run.send_to_sources(rows(100))
     records = run.stop()
     assert {t: r["count"] for t, r in records["sink"].items()} == {3: 0, 4: 50, 5: 50}
 
@@ -200,7 +127,7 @@ def test_unknown_task_is_counted_and_dropped_and_broadcast_reaches_every_task(tm
     slot = run.cluster.slots[0]
     conn = run.conns[slot]
     conn.send([TaskMessage(999, b"x"), TaskMessage(BROADCAST_TASK, msgpack.packb([-1, "default", ["hello"]]))])
-    run.send_to_sources(_rows(50))
+    run.send_to_sources(rows(50))
     wait_until(lambda: run.health(slot)["counters"]["unknown_task"] == 1, what="the unknown task to be counted")
     records = run.stop()
     assert sum(r["count"] for r in records["stage1"].values()) == 50
@@ -210,7 +137,7 @@ def test_unknown_task_is_counted_and_dropped_and_broadcast_reaches_every_task(tm
 
 def test_bolt_exception_is_logged_and_the_executor_goes_on(tmp: Path) -> None:
     run = Run(tmp, three_stage("global", tmp / "records"), 1).start()
-    run.send_to_sources([["boom", 0], *_rows(20)])
+    run.send_to_sources([["boom", 0], *rows(20)])
     slot = run.cluster.slots[0]
     wait_until(
         lambda: sum(t["errors"] for e in run.health(slot)["executors"].values() for t in e["tasks"].values()) == 1,
@@ -257,7 +184,7 @@ def test_backpressure_holds_the_sender_without_loss_or_unbounded_memory(tmp: Pat
 def test_sigterm_drains_everything_in_flight(tmp: Path) -> None:
     topo = three_stage("shuffle", tmp / "records", **{"record.delay.s": 0.0005})
     run = Run(tmp, topo, 1).start()
-    run.send_to_sources(_rows(2000))  # all acknowledged: in the worker's queues, mostly unprocessed
+    run.send_to_sources(rows(2000))  # all acknowledged: in the worker's queues, mostly unprocessed
     slot = run.cluster.slots[0]
     proc = run.cluster.procs[slot]
     proc.send_signal(signal.SIGTERM)
@@ -271,16 +198,30 @@ def test_sigterm_drains_everything_in_flight(tmp: Path) -> None:
 
 def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     run = Run(tmp, three_stage("fields", tmp / "records"), 1).start()
-    run.send_to_sources(_rows(30))
+    run.send_to_sources(rows(30))
     slot = run.cluster.slots[0]
     hb = run.cluster.heartbeat(slot)
     assert hb is not None
-    wait_until(lambda: run.health(slot)["counters"]["received"] >= 30, what="30 received")
+
+    def stage2_executed() -> int:
+        executors = run.health(slot)["executors"].values()
+        return sum(t["executed"] for e in executors if e["component"] == "stage2" for t in e["tasks"].values())
+
+    wait_until(lambda: stage2_executed() == 30, what="30 executed by stage2")
     with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = r.read().decode()
-    assert "# TYPE spark_storm_bolt_executed_total counter" in text
-    assert 'spark_storm_queue_capacity{topology="three"' in text
-    assert 'component="stage2"' in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))  # each family once: no interleaving
+    by_name = {f.name: f for f in families}
+    assert by_name["spark_storm_bolt_executed"].type == "counter"
+    executed = [s for s in by_name["spark_storm_bolt_executed"].samples if s.labels["component"] == "stage2"]
+    assert sum(s.value for s in executed) == 30
+    assert all(s.labels["topology"] == "three" and s.name.endswith("_total") for s in executed)
+    assert {s.labels["queue"] for s in by_name["spark_storm_queue_capacity"].samples} >= {"transfer"}
     run.stop()
 
 
@@ -296,7 +237,7 @@ def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow
     slot = run.cluster.slots[0]
     port = run.cluster.heartbeat(slot)["metrics_port"]  # type: ignore[index]
     assert _post(port, "/deactivate") == "inactive\n"
-    run.send_to_sources(_rows(40))
+    run.send_to_sources(rows(40))
     health = run.health(slot)
     assert health["active"] is False
     assert sum(e["queue"]["population"] for e in health["executors"].values()) == 40
@@ -325,26 +266,22 @@ def test_dead_letter_file_gets_unknown_tasks(tmp: Path) -> None:
     assert bytes.fromhex(record["payload_hex"]) == b"lost?"
 
 
-def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
+def test_ctrl_c_on_local_cluster_drains_every_worker_in_order(tmp: Path) -> None:
+    """Ctrl-C in a terminal signals the whole foreground process group, as done here."""
+    import os
     import subprocess
     import sys
 
+    from spark_storm.topology import load_topology, plan
+
     wordcount = Path(__file__).resolve().parents[2] / "conf" / "topologies" / "wordcount.yaml"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spark_storm.cli",
-            "local-cluster",
-            "--topology",
-            str(wordcount),
-            "--workers",
-            "2",
-        ],
+        [sys.executable, "-m", "spark_storm.cli", "local-cluster", "--topology", str(wordcount), "--workers", "2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp,
+        start_new_session=True,  # its own process group, like a shell job
     )
     assert proc.stdout is not None
     lines = []
@@ -355,20 +292,26 @@ def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
     text = "".join(lines)
     assert "starting 2 workers of wordcount" in text
     assert text.count("metrics http://127.0.0.1:") == 2
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+    workers = text.split("starting 2 workers of wordcount: ")[1].split()[0]
+    p = plan(load_topology(wordcount), workers)
+    ctx = make_context({"storm.messaging.transport": "tcp"})
+    sources = list(p.component_tasks["sentences"])
+    conns = {s: ctx.connect("wordcount", s.host, s.port) for s in p.slots}
+    for i in range(2000):
+        task = sources[i % len(sources)]
+        conns[p.task_slot[task]].send([TaskMessage(task, msgpack.packb(["the quick brown fox"]))])
+    for conn in conns.values():
+        assert conn.flush(30)  # accepted by the workers, maybe not yet processed
+    ctx.term()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the foreground group
+    rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, text + rest
-    assert rest.count("exited with 0") == 2
-
-
-def _arrow(rows: list[list[Any]], names: list[str]) -> bytes:
-    import pyarrow as pa
-
-    table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
+    assert rest.count("exited with 0") == 2, rest
+    final: Counter[str] = Counter()
+    for path in (tmp / "wordcount-report").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            final.update(json.loads(line).get("final", {}))
+    assert final["the"] == 2000  # everything accepted went through split, count and report
 
 
 def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Path) -> None:
@@ -381,8 +324,8 @@ def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Pa
     conn = run.conns[slot]
     rows = [[f"k{i % 5}", i] for i in range(300)]
     msgs = [
-        TaskMessage(1, _arrow(rows[:150], ["key", "n"])),
-        TaskMessage(2, _arrow(rows[150:], ["n", "key"])),
+        TaskMessage(1, arrow_payload(rows[:150], ["key", "n"])),
+        TaskMessage(2, arrow_payload(rows[150:], ["n", "key"])),
     ]
     h = BatchHeader("q", 0, 0, 0, 2, PROCESSED)
     conn.send_group(h, msgs)
@@ -390,12 +333,12 @@ def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Pa
     conn.send_group(h, msgs)  # a replay of a processed group: dropped
     assert conn.wait_acks([h.key], ACCEPTED, 30) == {h.key: PROCESSED}
     bad = BatchHeader("q", 0, 0, 1, 1, PROCESSED)
-    conn.send_group(bad, [TaskMessage(1, _arrow([["boom", 0]], ["key", "n"]))])
+    conn.send_group(bad, [TaskMessage(1, arrow_payload([["boom", 0]], ["key", "n"]))])
     assert conn.wait_acks([bad.key], PROCESSED, 30) == {bad.key: FAILED}
     missing = BatchHeader("q", 0, 0, 2, 2, ACCEPTED)
     good_then_bad = [
-        TaskMessage(1, _arrow([["fine", 1]], ["key", "n"])),
-        TaskMessage(2, _arrow([["x"]], ["key"])),
+        TaskMessage(1, arrow_payload([["fine", 1]], ["key", "n"])),
+        TaskMessage(2, arrow_payload([["x"]], ["key"])),
     ]
     conn.send_group(missing, good_then_bad)  # the second lacks field "n": nothing of the group is queued
     assert conn.wait_acks([missing.key], ACCEPTED, 30) == {missing.key: FAILED}
@@ -416,7 +359,7 @@ def test_processed_waits_for_the_whole_anchored_tree_across_workers(tmp: Path) -
     by_slot: dict[Slot, list[TaskMessage]] = {}
     for i, row in enumerate(rows):
         task = run.plan.component_tasks["in"][i % 2]
-        by_slot.setdefault(run.plan.task_slot[task], []).append(TaskMessage(task, _arrow([row], ["key", "n"])))
+        by_slot.setdefault(run.plan.task_slot[task], []).append(TaskMessage(task, arrow_payload([row], ["key", "n"])))
     keys = []
     for seq, (slot, msgs) in enumerate(sorted(by_slot.items())):
         hs = BatchHeader(h.query_id, 0, 0, seq, len(msgs), PROCESSED)
@@ -443,7 +386,7 @@ def test_processed_waits_for_the_whole_anchored_tree_across_workers(tmp: Path) -
     slot = run.plan.task_slot[run.plan.component_tasks["in"][0]]
     bad = BatchHeader("q", 1, 0, 0, 1, PROCESSED)
     run.conns[slot].send_group(
-        bad, [TaskMessage(run.plan.component_tasks["in"][0], _arrow([["boom", 1]], ["key", "n"]))]
+        bad, [TaskMessage(run.plan.component_tasks["in"][0], arrow_payload([["boom", 1]], ["key", "n"]))]
     )
     assert run.conns[slot].wait_acks([bad.key], PROCESSED, 60) == {bad.key: FAILED}
     run.stop()

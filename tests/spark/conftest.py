@@ -20,7 +20,7 @@ def spark() -> Iterator[Any]:
     from spark_storm.spark import register
     from spark_storm.spark.session import local_session
 
-    session = local_session("spark-storm-tests", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+    session = local_session("spark-storm-tests", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
     register(session)  # auto-registration from an installed wheel is tested in test_demo_and_jobs.py
     yield session
     session.stop()

@@ -56,3 +56,33 @@ def test_workers_agree_on_slots_and_the_image_copies_what_exists() -> None:
     from spark_storm.config import Config
 
     Config.of(conf)  # every key is one we know
+
+
+def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    services = compose["services"]
+    cluster = {name for name, svc in services.items() if "cluster" in svc.get("profiles", [])}
+    assert cluster == {"zookeeper", "nimbus", "supervisor-a", "supervisor-b", "submit"}
+    assert all(svc.get("profiles") for svc in services.values())  # each service belongs to one deployment
+    assert services["zookeeper"]["image"].startswith("zookeeper:3.9")
+    conf = yaml.safe_load((DOCKER / "storm.yaml").read_text())
+    assert conf["storm.zookeeper.servers"] == ["zookeeper"]  # the service name, as the containers resolve it
+    from spark_storm.cluster.state import ZooKeeperAddress
+
+    assert str(ZooKeeperAddress.parse(None, conf)) == "zookeeper:2181/storm"
+    supervisors = {n: s for n, s in services.items() if s.get("command", [None])[0] == "supervisor"}
+    assert set(supervisors) == {"supervisor-a", "supervisor-b"}
+    for name, svc in supervisors.items():
+        command = svc["command"]
+        assert command[command.index("--host") + 1] == svc["hostname"] == name  # other workers reach it by name
+        ports = command[command.index("--slots") + 1].split(",")
+        assert {f"{p}" for p in ports} <= {str(e) for e in svc["expose"]}
+        assert "topology.worker.metrics.port=0" in command  # several workers in one container
+        assert "zookeeper" in svc["depends_on"]
+    assert services["nimbus"]["command"][0] == "nimbus"
+    submit = services["submit"]["command"]
+    assert submit[0] == "submit"
+    assert (ROOT / submit[1]).exists()
+    assert int(submit[submit.index("--workers") + 1]) <= sum(
+        len(s["command"][s["command"].index("--slots") + 1].split(",")) for s in supervisors.values()
+    )

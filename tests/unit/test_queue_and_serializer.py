@@ -6,49 +6,71 @@ import pytest
 
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
-from spark_storm.worker.queue import RingQueue
+from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.serializer import MsgpackSerializer, make_serializer
+from tests.helpers import wait_until
 
 
-def test_ring_publishes_and_consumes_in_order_across_the_wrap() -> None:
-    q: RingQueue[int] = RingQueue(5, "q")
-    got: list[tuple[int, bool]] = []
-    assert q.publish([1, 2, 3]) == 3
-    assert q.consume_batch(lambda x, end: got.append((x, end))) == 3
-    assert q.publish([4, 5, 6, 7]) == 4  # wraps around the end of the ring
-    q.consume_batch(lambda x, end: got.append((x, end)))
-    assert got == [(1, False), (2, False), (3, True), (4, False), (5, False), (6, False), (7, True)]
-    assert q.consume_batch(lambda x, end: got.append((x, end))) == 0
+def test_queue_keeps_order_and_takes_up_to_the_limit_in_tuples() -> None:
+    q: BatchQueue[str] = BatchQueue(100, "q")
+    assert q.publish(["a", "b"], [3, 4])
+    assert q.publish(["c"], [5])
+    assert len(q) == 12
+    assert q.take(5, 0) == ["a", "b"]  # at least the limit's worth, whole items only
+    assert q.take(1, 0) == ["c"]
+    assert q.take(10, 0) == []
+    assert q.metrics()["consumed"] == 12
 
 
-def test_ring_is_bounded_publish_waits_and_counts_overflow() -> None:
-    q: RingQueue[int] = RingQueue(4, "q")
-    t = threading.Thread(target=q.publish, args=(list(range(10)),))
+def test_queue_is_bounded_publish_waits_and_counts_overflow() -> None:
+    q: BatchQueue[int] = BatchQueue(4, "q")
+    assert q.publish([0], [3])
+    t = threading.Thread(target=q.publish, args=([1, 2], [1, 2]))
     t.start()
-    consumed: list[int] = []
-    while len(consumed) < 10:
-        assert len(q) <= 4
-        q.wait_for_items(0.1)
-        q.consume_batch(lambda x, end: consumed.append(x))
+    wait_until(lambda: q.overflow == 1, what="the publisher to wait for room")
+    assert len(q) == 3  # all or nothing: the batch of 3 did not fit beside 3
+    assert q.take(10, 1) == [0]
     t.join(5)
-    assert consumed == list(range(10))
-    assert q.overflow > 0
-    assert q.publish([1], timeout=0.01) == 1
-    assert q.publish([1, 2, 3, 4], timeout=0.01) == 3  # full: times out with what fitted
+    assert q.take(10, 1) == [1, 2]
+    assert q.publish([5], [4])  # fits the empty queue exactly
+    assert q.publish([6], [1], timeout=0.01) is False  # full: times out, nothing published
+    assert q.take(10, 0) == [5]
+
+
+def test_a_batch_larger_than_the_queue_enters_it_empty_and_the_consumer_never_waits() -> None:
+    q: BatchQueue[str] = BatchQueue(4, "q")
+    assert q.publish(["big"], [10])
+    assert len(q) == 10
+    q.consumer = threading.get_ident()
+    assert q.publish(["self"], [1], timeout=0.01)  # the consumer thread emitting to itself
+    assert q.take(100, 0) == ["big", "self"]
+
+
+def test_close_wakes_a_waiting_publisher_and_refuses_more() -> None:
+    q: BatchQueue[int] = BatchQueue(1, "q")
+    q.publish([1], [1])
+    results: list[bool] = []
+    t = threading.Thread(target=lambda: results.append(q.publish([2], [1])))
+    t.start()
+    wait_until(lambda: q.overflow == 1, what="the publisher to wait")
+    q.close()
+    t.join(5)
+    assert results == [False]
+    assert not q.publish([3], [1])
 
 
 def test_watermarks_fire_once_each_way() -> None:
     events: list[str] = []
-    q: RingQueue[int] = RingQueue(10, "q", 0.8, 0.2, lambda: events.append("high"), lambda: events.append("low"))
-    q.publish(list(range(7)))
+    q: BatchQueue[int] = BatchQueue(10, "q", 0.8, 0.2, lambda: events.append("high"), lambda: events.append("low"))
+    q.publish([0], [7])
     assert events == []
-    q.publish([7, 8])
+    q.publish([1], [2])
     assert events == ["high"]
-    q.publish([9])
+    q.publish([2], [1])
     assert events == ["high"]
-    q.consume_batch(lambda x, end: None, limit=5)
+    q.take(7, 0)
     assert events == ["high"]
-    q.consume_batch(lambda x, end: None)
+    q.take(10, 0)
     assert events == ["high", "low"]
     metrics = q.metrics()
     assert metrics["capacity"] == 10
@@ -57,11 +79,10 @@ def test_watermarks_fire_once_each_way() -> None:
 
 def test_msgpack_roundtrip_and_garbage() -> None:
     s = MsgpackSerializer()
-    assert s.loads(s.dumps_tuple(3, "default", ["a", 1, 2.5, None, b"x"])) == [
-        3,
-        "default",
-        ["a", 1, 2.5, None, b"x"],
-    ]
+    assert s.loads(s.dumps([3, "default", ["a", 1, 2.5, None, b"x"]])) == [3, "default", ["a", 1, 2.5, None, b"x"]]
+    assert s.loads_many([s.dumps([1]), s.dumps(["x"])]) == [[1], ["x"]]
+    with pytest.raises(WireFormatError, match="invalid msgpack"):
+        s.loads_many([s.dumps([1]), b"\xc1"])
     with pytest.raises(WireFormatError, match="not valid msgpack"):
         s.loads(b"\xc1")
     with pytest.raises(WireFormatError, match="cannot serialize"):

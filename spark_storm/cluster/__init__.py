@@ -1,0 +1,1 @@
+"""Cluster mode: ZooKeeper state, nimbus, supervisors (Storm's daemons; layer between transport and worker)."""

@@ -1,0 +1,181 @@
+"""What ``spark-storm submit | activate | deactivate | rebalance | kill | list`` do, through ZooKeeper.
+
+Each function takes a started :class:`~spark_storm.cluster.state.ClusterState` and raises
+a :class:`~spark_storm.errors.StormError` whose message names the value and the fix; the
+command line prints it as one ``spark-storm:`` line.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from spark_storm.cluster.state import (
+    ACTIVE,
+    INACTIVE,
+    KILLED,
+    ClusterState,
+    TopologyRecord,
+    check_topology_name,
+)
+from spark_storm.errors import ConfigError, NoNimbusError
+from spark_storm.topology.model import Topology, resolve_class, topology_from_dict
+
+__all__ = [
+    "TopologySummary",
+    "activate",
+    "deactivate",
+    "kill",
+    "list_topologies",
+    "rebalance",
+    "require_nimbus",
+    "submit",
+]
+
+
+@dataclass(frozen=True)
+class TopologySummary:
+    """One line of ``spark-storm list``."""
+
+    name: str
+    status: str
+    workers: int
+    requested: int
+    version: int
+    uptime_s: float
+    slots: tuple[str, ...]
+
+
+def require_nimbus(state: ClusterState) -> str:
+    """Return the leader nimbus's identifier.
+
+    Raises
+    ------
+    NoNimbusError
+        No nimbus runs for this ZooKeeper and root (the message says how to start one).
+    """
+    leader = state.nimbus_leader()
+    if leader is None:
+        msg = (
+            f"no nimbus is running for ZooKeeper {state.address}: start one with "
+            f"`spark-storm nimbus --zookeeper {state.address}` (the topology would never be assigned)"
+        )
+        raise NoNimbusError(msg)
+    return leader
+
+
+def _requested_workers(topology: Topology, workers: int | None, default: int) -> int:
+    if workers is not None:
+        chosen = workers
+    elif "topology.workers" in topology.conf:
+        value = topology.conf["topology.workers"]
+        if isinstance(value, bool) or not isinstance(value, int):
+            msg = f"topology {topology.name!r}: conf topology.workers must be an integer, got {value!r}"
+            raise ConfigError(msg)
+        chosen = value
+    elif topology.workers:
+        chosen = len(topology.workers)
+    else:
+        chosen = default
+    if chosen < 1:
+        msg = f"topology {topology.name!r}: workers must be at least 1, got {chosen} (use --workers N)"
+        raise ConfigError(msg)
+    return chosen
+
+
+def submit(
+    state: ClusterState, path: str | Path, workers: int | None = None, *, check_classes: bool = True
+) -> TopologyRecord:
+    """Submit the topology file at ``path`` (status active); nimbus assigns it.
+
+    Parameters
+    ----------
+    workers : int, optional
+        Worker processes; default the topology's conf ``topology.workers``, else the number of
+        slots it lists in ``workers``, else ``topology.workers`` of the configuration.
+    check_classes : bool
+        Import every bolt class here first, so a typo fails the submit rather than every worker.
+
+    Raises
+    ------
+    ConfigError
+        Unreadable or invalid topology, a bad name, a bolt class that does not import.
+    NoNimbusError
+        No nimbus runs.
+    TopologyExistsError
+        A topology of that name is already submitted.
+    """
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot read topology file {str(path)!r}: {exc.strerror}"
+        raise ConfigError(msg) from exc
+    try:
+        data = yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        msg = f"topology file {str(path)!r} is not valid YAML: {exc}"
+        raise ConfigError(msg) from exc
+    topology = topology_from_dict(data, origin=str(path))
+    check_topology_name(topology.name)
+    if check_classes:
+        for component in topology.components.values():
+            resolve_class(component.bolt, f"topology {topology.name!r}, component {component.id!r}: bolt")
+    count = _requested_workers(topology, workers, state.conf.get_int("topology.workers", minimum=1))
+    require_nimbus(state)
+    return state.submit_topology(TopologyRecord(topology.name, source, ACTIVE, count, time.time()))
+
+
+def activate(state: ClusterState, name: str) -> TopologyRecord:
+    """Set ``name`` active: its executors consume (workers follow the status in ZooKeeper)."""
+    return state.set_status(name, ACTIVE)
+
+
+def deactivate(state: ClusterState, name: str) -> TopologyRecord:
+    """Set ``name`` inactive: its executors pause, its workers stay up."""
+    return state.set_status(name, INACTIVE)
+
+
+def rebalance(state: ClusterState, name: str, workers: int) -> TopologyRecord:
+    """Ask for ``workers`` worker processes; nimbus writes a new assignment."""
+    require_nimbus(state)
+    return state.set_workers(name, workers)
+
+
+def kill(state: ClusterState, name: str, wait_secs: float | None = None) -> TopologyRecord:
+    """Kill ``name``: status killed now, removed (workers stopped) after ``wait_secs``.
+
+    The default wait is ``topology.message.timeout.secs`` (as Storm's ``kill -w``).
+    """
+    wait = float(state.conf.get_int("topology.message.timeout.secs", minimum=0) if wait_secs is None else wait_secs)
+    if wait < 0:
+        msg = f"--wait must be >= 0 seconds, got {wait_secs}"
+        raise ConfigError(msg)
+    require_nimbus(state)
+    state.read_topology(name)
+    return state.set_status(name, KILLED, kill_at=time.time() + wait)
+
+
+def list_topologies(state: ClusterState) -> list[TopologySummary]:
+    """Every submitted topology with its status, assigned/requested workers and uptime."""
+    out = []
+    now = time.time()
+    for name in state.topology_names():
+        record = state.find_topology(name)
+        if record is None:
+            continue
+        assignment = state.read_assignment(name)
+        out.append(
+            TopologySummary(
+                name,
+                record.status,
+                len(assignment.slots) if assignment else 0,
+                record.workers,
+                assignment.version if assignment else 0,
+                max(0.0, now - record.submitted),
+                tuple(str(s) for s in assignment.slots) if assignment else (),
+            )
+        )
+    return out

@@ -1,0 +1,386 @@
+"""Supervisor: runs the workers that nimbus assigned to this host's slots.
+
+``spark-storm supervisor --zookeeper ZK --host H --slots 6700,6701`` registers
+``/supervisors/<id>`` (ephemeral: host and ports) and keeps one ``spark-storm worker``
+process per assigned slot of ``H``, comparing the assignments with its processes whenever
+an assignment changes and every ``supervisor.monitor.frequency.secs``:
+
+* an assigned slot without a process gets one (a process that exited is started again,
+  with its exit code and log tail logged);
+* a process whose slot is no longer assigned (rebalanced away, topology killed) or whose
+  launch command changed is stopped: SIGTERM to its process group (the ordered shutdown),
+  SIGKILL to the group after ``supervisor.worker.shutdown.sleep.secs``;
+* when the supervisor stops (``stop()``, SIGTERM, SIGINT) it stops every worker the same
+  way before it exits; if it is SIGKILLed, Linux sends each worker SIGTERM
+  (``spark_storm.cluster.launch``), so no worker outlives it.
+
+Every process is started and stopped by one thread, the supervisor thread.
+
+Workers today (phase one) are launched in the static form, ``spark-storm worker --topology
+FILE --workers <the assignment's slots> ...``: they compute the same ``plan()`` nimbus wrote,
+and the supervisor restarts them when their topology's slots change; it also copies each
+worker's heartbeat file into ZooKeeper for nimbus (the worker's own timestamps, only when
+they change).  When workers read their assignment from ZooKeeper themselves
+(``spark-storm worker --zookeeper ZK --topology-id NAME --port P --host H``), the launch
+command, the restart rule and the heartbeat copy are the three places that change
+(:meth:`Supervisor.worker_command`, :meth:`LaunchSpec.key`, :meth:`Supervisor._relay_heartbeats`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spark_storm.cluster.state import (
+    ClusterState,
+    SupervisorInfo,
+    TopologyRecord,
+    Watch,
+    ZooKeeperAddress,
+)
+from spark_storm.errors import ClusterError, ConfigError, ZooKeeperUnavailableError
+from spark_storm.topology.assignment import Slot
+
+__all__ = ["LaunchSpec", "Supervisor"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What one worker process runs: a topology's slot on this host under an assignment."""
+
+    topology: str
+    port: int
+    slots: tuple[Slot, ...]
+    digest: str
+    version: int
+
+    def key(self) -> tuple[Any, ...]:
+        """Two specs with the same key run the same process (a change of key restarts the worker).
+
+        Static-form workers cannot adopt a new assignment, so the slot list is part of the key.
+        """
+        return (self.topology, self.port, self.slots, self.digest)
+
+
+@dataclass
+class _Worker:
+    spec: LaunchSpec
+    proc: subprocess.Popen[bytes]
+    log: Path
+    started: float = field(default_factory=time.monotonic)
+    relayed: Any = None
+
+
+class Supervisor:
+    """One supervisor process: register slots, run assigned workers, never leave one behind.
+
+    Parameters
+    ----------
+    zookeeper : str or ZooKeeperAddress, optional
+        ``HOST:PORT[/chroot]``; default from ``conf``.
+    host : str
+        The host name workers of this supervisor listen on, exactly as it appears in assignments
+        (other hosts' workers connect to it).
+    ports : sequence of int, optional
+        Slots offered; default ``supervisor.slots.ports``.
+    conf : Mapping, optional
+        Configuration; also handed to every worker (as ``--conf`` and ``--set``).
+    conf_path : str, optional
+        A storm.yaml handed to every worker.
+    overrides : Mapping, optional
+        ``--set key=value`` pairs handed to every worker.
+    supervisor_id : str, optional
+        The znode name; default ``<host>-<random>``.
+    local_dir : str, optional
+        Topology files, worker logs, heartbeat files; default ``storm.local.dir`` or a temp dir.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str | ZooKeeperAddress | None = None,
+        host: str = "127.0.0.1",
+        ports: Sequence[int] | None = None,
+        conf: Mapping[str, Any] | None = None,
+        *,
+        conf_path: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        supervisor_id: str | None = None,
+        local_dir: str | Path | None = None,
+    ) -> None:
+        self.state = ClusterState(zookeeper, conf)
+        self.conf = self.state.conf
+        self.host = host
+        raw_ports = list(ports) if ports is not None else self.conf["supervisor.slots.ports"]
+        if not isinstance(raw_ports, list) or not raw_ports:
+            msg = f"supervisor slots {raw_ports!r}: give worker ports, e.g. --slots 6700,6701"
+            raise ConfigError(msg)
+        for port in raw_ports:
+            if isinstance(port, bool) or not isinstance(port, int) or not 0 < port <= 65535:
+                msg = f"supervisor slot port {port!r} is not a port in 1..65535 (e.g. --slots 6700,6701)"
+                raise ConfigError(msg)
+        if len(set(raw_ports)) != len(raw_ports):
+            msg = f"supervisor slot ports repeat: {raw_ports}"
+            raise ConfigError(msg)
+        self.ports = tuple(sorted(raw_ports))
+        self.id = supervisor_id or f"{host}-{uuid.uuid4().hex[:8]}"
+        configured = self.conf.get_optional_str("storm.local.dir")
+        base = Path(local_dir or configured or tempfile.mkdtemp(prefix="spark-storm-supervisor-"))
+        self.local_dir = base.resolve() / f"supervisor-{self.id}"
+        self.conf_path = conf_path
+        self.overrides = dict(overrides or {})
+        self.monitor_every = self.conf.get_int("supervisor.monitor.frequency.secs", minimum=1)
+        self.shutdown_wait = self.conf.get_int("supervisor.worker.shutdown.sleep.secs", minimum=0)
+        self.workers: dict[int, _Worker] = {}
+        self.counters = {"launched": 0, "restarted": 0, "stopped": 0, "killed": 0}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._watches: dict[str, Watch] = {}
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        """The slots this supervisor offers."""
+        return tuple(Slot(self.host, p) for p in self.ports)
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> Supervisor:
+        """Connect, register the slots, and start the supervisor thread."""
+        for sub in ("topologies", "logs", "heartbeats"):
+            (self.local_dir / sub).mkdir(parents=True, exist_ok=True)
+        self.state.add_state_listener(lambda _change: self._wake.set())
+        self.state.start()
+        self.state.register_supervisor(SupervisorInfo(self.id, self.host, self.ports, time.time(), os.getpid()))
+        self._watches["/"] = self.state.watch_assignments(lambda _names: self._wake.set())
+        self._thread = threading.Thread(target=self._run, name="supervisor", daemon=False)
+        self._thread.start()
+        logger.info(
+            "supervisor %s: slots %s registered in ZooKeeper %s; local dir %s",
+            self.id,
+            ", ".join(map(str, self.slots)),
+            self.state.address,
+            self.local_dir,
+        )
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL), unregister and disconnect."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            wait = None if timeout is None else timeout
+            self._thread.join(wait)
+        for watch in self._watches.values():
+            watch.cancel()
+        with contextlib.suppress(ZooKeeperUnavailableError, ClusterError):
+            self.state.unregister_supervisor(self.id)
+        self.state.close()
+        logger.info("supervisor %s stopped", self.id)
+
+    def kill_now(self) -> None:
+        """SIGKILL every worker's process group at once (a second Ctrl-C)."""
+        with self._lock:
+            workers = list(self.workers.values())
+        for worker in workers:
+            _signal_group(worker.proc, signal.SIGKILL)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                if self.state.connected:
+                    try:
+                        self.sync()
+                    except (ZooKeeperUnavailableError, ClusterError) as exc:
+                        logger.warning("supervisor %s: sync failed (%s); workers keep running", self.id, exc)
+                    except Exception:
+                        logger.exception("supervisor %s: sync failed; workers keep running", self.id)
+                self._wake.wait(self.monitor_every)
+        finally:
+            # Stopped here, on the thread that started them (their parent-death signal is bound to it).
+            self._stop_workers(list(self.workers))
+
+    # -- the comparison -------------------------------------------------------------
+    def wanted(self) -> dict[int, LaunchSpec]:
+        """Read the assignments: which of this supervisor's ports run what."""
+        mine = set(self.slots)
+        out: dict[int, LaunchSpec] = {}
+        records: dict[str, TopologyRecord | None] = {}
+        names = self.state.assignment_names()
+        for name in names:
+            if name not in self._watches:
+                self._watches[name] = self.state.watch_assignment(name, lambda _a: self._wake.set())
+            assignment = self.state.read_assignment(name)
+            if assignment is None:
+                continue
+            for slot in assignment.slots:
+                if slot not in mine:
+                    continue
+                if name not in records:
+                    records[name] = self.state.find_topology(name)
+                record = records[name]
+                if record is None:
+                    continue
+                out[slot.port] = LaunchSpec(name, slot.port, assignment.slots, record.digest, assignment.version)
+                self._write_topology(record)
+        for name in [n for n in self._watches if n != "/" and n not in names]:
+            self._watches.pop(name).cancel()
+        return out
+
+    def sync(self) -> None:
+        """Make the running workers match the assignments once (the supervisor thread calls it)."""
+        wanted = self.wanted()
+        stale = [
+            port
+            for port, worker in self.workers.items()
+            if port not in wanted or wanted[port].key() != worker.spec.key()
+        ]
+        if stale:
+            self._stop_workers(stale)
+        for port, spec in sorted(wanted.items()):
+            worker = self.workers.get(port)
+            if worker is not None and worker.proc.poll() is not None:
+                logger.warning(
+                    "supervisor %s: worker %s of %s (pid %d) exited with %s; restarting it. Log tail:\n%s",
+                    self.id,
+                    Slot(self.host, port),
+                    spec.topology,
+                    worker.proc.pid,
+                    worker.proc.returncode,
+                    _tail(worker.log),
+                )
+                self.counters["restarted"] += 1
+                worker = None
+            if worker is None and not self._stop.is_set():
+                self._launch(spec)
+        self._relay_heartbeats()
+
+    # -- processes ------------------------------------------------------------------
+    def worker_command(self, spec: LaunchSpec) -> list[str]:
+        """Return the command line of the worker for ``spec`` (static form until workers read ZooKeeper)."""
+        topology_file = self.local_dir / "topologies" / f"{spec.topology}-{spec.digest}.yaml"
+        command = [
+            sys.executable,
+            "-m",
+            "spark_storm.cli",
+            "--log-level",
+            "INFO",
+            "worker",
+            "--topology",
+            str(topology_file),
+            "--host",
+            self.host,
+            "--port",
+            str(spec.port),
+            "--workers",
+            ",".join(map(str, spec.slots)),
+        ]
+        if self.conf_path:
+            command += ["--conf", self.conf_path]
+        overrides = {**self.overrides, "worker.heartbeat.dir": str(self.local_dir / "heartbeats")}
+        for key, value in overrides.items():
+            command += ["--set", f"{key}={json.dumps(value)}"]
+        return command
+
+    def _write_topology(self, record: TopologyRecord) -> None:
+        path = self.local_dir / "topologies" / f"{record.name}-{record.digest}.yaml"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(record.source, encoding="utf-8")
+            tmp.replace(path)
+
+    def _launch(self, spec: LaunchSpec) -> None:
+        log = self.local_dir / "logs" / f"{spec.topology}-{spec.port}.log"
+        command = [sys.executable, "-m", "spark_storm.cluster.launch", "--parent", str(os.getpid()), "--"]
+        command += self.worker_command(spec)
+        with log.open("ab") as out:
+            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor {self.id} starts: {command}\n".encode())
+            out.flush()
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with self._lock:
+            self.workers[spec.port] = _Worker(spec, proc, log)
+        self.counters["launched"] += 1
+        logger.info(
+            "supervisor %s: started worker %s of %s v%d (pid %d, log %s)",
+            self.id,
+            Slot(self.host, spec.port),
+            spec.topology,
+            spec.version,
+            proc.pid,
+            log,
+        )
+
+    def _stop_workers(self, ports: list[int]) -> None:
+        with self._lock:
+            stopping = [self.workers.pop(p) for p in ports if p in self.workers]
+        for worker in stopping:
+            if worker.proc.poll() is None:
+                _signal_group(worker.proc, signal.SIGTERM)
+        deadline = time.monotonic() + self.shutdown_wait
+        for worker in stopping:
+            try:
+                code = worker.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.error(
+                    "supervisor %s: worker %s (pid %d) still running %ds after SIGTERM; killing its process group",
+                    self.id,
+                    Slot(self.host, worker.spec.port),
+                    worker.proc.pid,
+                    self.shutdown_wait,
+                )
+                _signal_group(worker.proc, signal.SIGKILL)
+                code = worker.proc.wait()
+                self.counters["killed"] += 1
+            # Whatever the worker left in its group (children of bolts) goes too.
+            _signal_group(worker.proc, signal.SIGKILL)
+            self.counters["stopped"] += 1
+            logger.info(
+                "supervisor %s: stopped worker %s of %s (exit %s)",
+                self.id,
+                Slot(self.host, worker.spec.port),
+                worker.spec.topology,
+                code,
+            )
+
+    def _relay_heartbeats(self) -> None:
+        """Copy static-form workers' heartbeat files into ZooKeeper (their own record, when it changed)."""
+        for port, worker in list(self.workers.items()):
+            path = self.local_dir / "heartbeats" / f"{worker.spec.topology}-{port}.json"
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(record, dict) or record.get("pid") != worker.proc.pid:
+                continue
+            if record.get("time") == worker.relayed:
+                continue
+            if self.state.write_heartbeat(worker.spec.topology, Slot(self.host, port), record):
+                worker.relayed = record.get("time")
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Send ``signum`` to the worker's process group (its pid: it leads its own session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

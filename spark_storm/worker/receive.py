@@ -1,0 +1,520 @@
+"""The worker's receive path: bytes off the server -> tuples or columnar batches -> executor queues.
+
+Storm 2.x's ``DeserializingConnectionCallback`` hands each batch the server read to
+``WorkerState.transferLocal``, which deserializes and publishes to executor queues.
+Here the same happens per *batch* of messages:
+
+1. messages are grouped by destination task (one pass; a batch for a single task — the
+   usual case — is not even split);
+2. each task's payloads are decoded in bulk (one msgpack call per payload, no per-tuple
+   dispatch), into one list of :class:`~spark_storm.worker.tuples.Tuple` per message
+   run, or one :class:`~spark_storm.worker.columnar.ColumnarBatch` per Arrow payload when
+   the task runs a batch bolt (Spark's Arrow never becomes Python rows then);
+3. every executor's share is published with one ``publish``.
+
+Unknown task ids are counted, logged (rate-limited) and dropped or dead-lettered; tasks
+that moved to another worker (a newer plan) are forwarded there.  Delivery groups
+(:meth:`Receiver.recv_group`) are decoded whole before anything is queued, so a bad
+payload rejects the group and nothing of it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
+from spark_storm.messaging import IConnection, IConnectionCallback, MessageBatch, TaskMessage
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.topology.assignment import Plan, Slot
+from spark_storm.topology.model import DEFAULT_STREAM
+from spark_storm.worker.acker import ACKER_TASK, Acker
+from spark_storm.worker.executor import QueueItem
+from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, read_arrow, select_fields, unpack_bolt
+from spark_storm.worker.queue import BatchQueue
+from spark_storm.worker.serializer import Serializer
+from spark_storm.worker.stats import LatencyHistogram
+from spark_storm.worker.tuples import BROADCAST_TASK, GroupTracker, Tuple, TupleSource
+
+__all__ = [
+    "DeserializingConnectionCallback",
+    "GroupRejected",
+    "ReceiveHost",
+    "Receiver",
+    "WriterStats",
+    "stream_fields",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class GroupRejected(StormError):
+    """A delivery group held a payload the worker cannot decode; nothing of it was queued."""
+
+
+class ReceiveHost(Protocol):
+    """What the receive path needs from the worker's state."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def slot(self) -> Slot: ...
+
+    @property
+    def slot_index(self) -> int: ...
+
+    @property
+    def serializer(self) -> Serializer: ...
+
+    @property
+    def acker(self) -> Acker: ...
+
+    def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
+        """Return the receive queue of a local task."""
+
+    def kind_of(self, task: int) -> str | None:
+        """``tuple`` or ``batch`` for a local task's executor, None when not local."""
+
+    def all_queues(self) -> list[BatchQueue[QueueItem]]:
+        """Every local executor queue (for broadcast)."""
+
+    def source_of(self, task: int, stream: str) -> TupleSource:
+        """Return the shared origin record of a task's stream (-1: a client); WireFormatError if unknown."""
+
+    def client_source(self, task: int) -> TupleSource:
+        """Return the origin record of tuples a client sends to source task ``task``."""
+
+    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
+        """Apply tuple-tree updates."""
+
+    def forward(self, messages: list[TaskMessage]) -> None:
+        """Send messages for tasks that now live on another worker there."""
+
+
+class WriterStats:
+    """What one worker sees of the Spark writers feeding it (per query id)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queries: dict[str, dict[str, Any]] = {}
+        self._seen: dict[str, set[tuple[int, int, int]]] = {}
+        self._latency: dict[str, LatencyHistogram] = {}
+
+    def group(self, header: BatchHeader, rows: int) -> float:
+        """Record a group's arrival; return its arrival time (for :meth:`finished`)."""
+        key = (header.batch_id, header.partition, header.sequence)
+        with self._lock:
+            q = self._queries.get(header.query_id)
+            if q is None:
+                q = self._queries[header.query_id] = {
+                    "query_id": header.query_id,
+                    "last_batch_id": header.batch_id,
+                    "rows": 0,
+                    "groups": 0,
+                    "replays": 0,
+                    "failed": 0,
+                }
+                self._seen[header.query_id] = set()
+                self._latency[header.query_id] = LatencyHistogram()
+                if len(self._queries) > 64:  # bounded: forget the oldest query
+                    oldest = next(iter(self._queries))
+                    for table in (self._queries, self._seen, self._latency):
+                        table.pop(oldest, None)
+            seen = self._seen[header.query_id]
+            if key in seen:
+                q["replays"] += 1
+            else:
+                if len(seen) >= 100_000:
+                    seen.clear()
+                seen.add(key)
+            q["last_batch_id"] = max(q["last_batch_id"], header.batch_id)
+            q["rows"] += rows
+            q["groups"] += 1
+        return time.monotonic()
+
+    def add_rows(self, header: BatchHeader, rows: int) -> None:
+        """Add a group's rows once they are decoded."""
+        with self._lock:
+            q = self._queries.get(header.query_id)
+            if q is not None:
+                q["rows"] += rows
+
+    def finished(self, header: BatchHeader, status: int, since: float) -> None:
+        """Record a group's final ack (ack latency from its arrival)."""
+        with self._lock:
+            q = self._queries.get(header.query_id)
+            if q is None:
+                return
+            if status == FAILED:
+                q["failed"] += 1
+            else:
+                self._latency[header.query_id].record(time.monotonic() - since)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out = []
+            for qid, q in self._queries.items():
+                hist = self._latency[qid]
+                p50, p99 = hist.percentile(50), hist.percentile(99)
+                out.append(
+                    {
+                        **q,
+                        "ack_latency_p50_ms": None if p50 is None else round(p50 * 1000, 3),
+                        "ack_latency_p99_ms": None if p99 is None else round(p99 * 1000, 3),
+                    }
+                )
+            return out
+
+
+class Receiver:
+    """Decodes what the server delivers and publishes it to executor queues.
+
+    Parameters
+    ----------
+    host : ReceiveHost
+        The worker's state.
+    dead_letter_file : str, optional
+        Where messages for unknown tasks go (JSON lines); dropped when None.
+    """
+
+    def __init__(self, host: ReceiveHost, dead_letter_file: str | None = None) -> None:
+        self._host = host
+        self._dead_letter_path = dead_letter_file
+        self._lock = threading.Lock()
+        self._last_unknown_log = 0.0
+        self.writers = WriterStats()
+        self.busy = False
+        self.counters = {
+            "received": 0,
+            "tuples_in": 0,
+            "source_tuples_in": 0,
+            "unknown_task": 0,
+            "forwarded": 0,
+            "bad_payload": 0,
+            "dead_lettered": 0,
+        }
+
+    # --- entry points ---------------------------------------------------------------
+    def transfer_local(
+        self,
+        tasks: list[int],
+        payloads: list[bytes],
+        tracker: GroupTracker | None = None,
+        atomic: bool = False,
+    ) -> int:
+        """Decode messages and publish each executor's share with one ``publish``.
+
+        Returns how many tuples (rows) were published.  With a ``tracker`` every
+        source tuple (or source batch) roots a tuple tree that reports to it.
+        ``atomic`` (delivery groups): a bad payload rejects the whole group before
+        anything is queued (:class:`GroupRejected`); otherwise it is dropped, counted
+        and logged.
+        """
+        n = len(tasks)
+        if not n:
+            return 0
+        self.counters["received"] += n
+        if tasks.count(tasks[0]) == n:
+            by_task: dict[int, list[bytes]] = {tasks[0]: payloads}
+        else:
+            by_task = {}
+            for task, payload in zip(tasks, payloads, strict=True):
+                group = by_task.get(task)
+                if group is None:
+                    by_task[task] = [payload]
+                else:
+                    group.append(payload)
+        host = self._host
+        plan = host.plan
+        publish: dict[int, tuple[BatchQueue[QueueItem], list[QueueItem], list[int]]] = {}
+        broadcast: list[tuple[QueueItem, int]] = []
+        published = from_clients = 0
+        for task, group in by_task.items():
+            kind = host.kind_of(task)
+            if kind is None:
+                if task == ACKER_TASK:
+                    for payload in group:
+                        self._acker_updates(payload)
+                elif task == BROADCAST_TASK:
+                    broadcast.extend(self._decode_bolt(task, group, atomic))
+                elif task in plan.task_slot:
+                    self._forward(task, group)
+                else:
+                    for payload in group:
+                        self._unknown(task, payload)
+                continue
+            if plan.topology.components[plan.task_component[task]].source:
+                items = self._decode_source(task, group, kind, tracker, atomic)
+                from_clients += sum(w for _, w in items)
+            else:
+                items = self._decode_bolt(task, group, atomic)
+            if not items:
+                continue
+            queue = host.queue_of(task)
+            assert queue is not None
+            entry = publish.get(id(queue))
+            if entry is None:
+                entry = publish[id(queue)] = (queue, [], [])
+            for item, weight in items:
+                entry[1].append(item)
+                entry[2].append(weight)
+                published += weight
+        for item, weight in broadcast:
+            for queue in host.all_queues():
+                queue.publish([item], [weight])
+        for queue, items_, weights in publish.values():
+            queue.publish(items_, weights)
+        self.counters["tuples_in"] += published
+        self.counters["source_tuples_in"] += from_clients
+        return published
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed)."""
+        since = self.writers.group(header, 0)
+
+        def finish(status: int) -> None:
+            if status != ACCEPTED or header.required != PROCESSED:
+                self.writers.finished(header, status, since)
+            done(status)
+
+        tracker = GroupTracker(finish) if header.required == PROCESSED else None
+        try:
+            rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
+        except GroupRejected:
+            finish(FAILED)
+            return
+        self.writers.add_rows(header, rows)
+        finish(ACCEPTED)
+        if tracker is not None:
+            tracker.sealed()
+
+    def pull_loop(self, server: IConnection, buffer_size: int) -> None:
+        """Storm 0.8's receive thread: block for a message, take up to ``buffer_size`` more."""
+        recv_batch = getattr(server, "recv_batch", None)
+        while True:
+            try:
+                first = server.recv(0)  # blocks; close() at shutdown is Storm's "task -1" notice
+                if first is None:
+                    continue
+                self.busy = True
+                more = recv_batch(buffer_size - 1, 0) if recv_batch is not None and buffer_size > 1 else []
+            except ConnectionClosedError:
+                return  # closed and drained
+            try:
+                self.transfer_local([first.task] + [m.task for m in more], [first.payload] + [m.payload for m in more])
+            finally:
+                self.busy = False
+
+    # --- decoding ---------------------------------------------------------------------
+    def _bad(self, task: int, exc: Exception, atomic: bool) -> None:
+        with self._lock:
+            self.counters["bad_payload"] += 1
+        if atomic:
+            logger.error("worker %s: rejecting a whole group: bad payload for task %d: %s", self._host.slot, task, exc)
+            raise GroupRejected(str(exc)) from exc
+        logger.warning("worker %s: dropping a bad payload for task %d: %s", self._host.slot, task, exc)
+
+    def _decode_source(
+        self, task: int, payloads: list[bytes], kind: str, tracker: GroupTracker | None, atomic: bool
+    ) -> list[tuple[QueueItem, int]]:
+        """Payloads a client sent to source task ``task``: msgpack rows and/or Arrow streams."""
+        host = self._host
+        source = host.client_source(task)
+        nfields = len(source.fields)
+        rows: list[list[Any]] | None = None
+        if payloads[0][:4] != ARROW_STREAM_MAGIC:
+            try:
+                rows = host.serializer.loads_many(payloads)
+                if not set(map(type, rows)) <= {list} or (nfields and not set(map(len, rows)) <= {nfields}):
+                    rows = None  # something else in there: sort it out payload by payload
+            except WireFormatError:
+                rows = None
+        out: list[tuple[QueueItem, int]] = []
+        if rows is not None:
+            self._source_rows(task, rows, source, kind, tracker, out)
+            return out
+        pending: list[list[Any]] = []
+        for payload in payloads:
+            try:
+                if payload[:4] == ARROW_STREAM_MAGIC:
+                    data, _origin = read_arrow(payload)
+                    data = select_fields(data, source.fields)
+                    if pending:
+                        self._source_rows(task, pending, source, kind, tracker, out)
+                        pending = []
+                    self._source_arrow(task, data, source, kind, tracker, out)
+                    continue
+                values = host.serializer.loads(payload)
+                if type(values) is not list:
+                    msg = f"a source tuple must be an array of values, got {type(values).__name__}"
+                    raise WireFormatError(msg)
+                if nfields and len(values) != nfields:
+                    msg = f"a source tuple for {source.fields} has {len(values)} values"
+                    raise WireFormatError(msg)
+                pending.append(values)
+            except WireFormatError as exc:
+                self._bad(task, exc, atomic)
+        if pending:
+            self._source_rows(task, pending, source, kind, tracker, out)
+        return out
+
+    def _source_rows(
+        self,
+        task: int,
+        rows: list[list[Any]],
+        source: TupleSource,
+        kind: str,
+        tracker: GroupTracker | None,
+        out: list[tuple[QueueItem, int]],
+    ) -> None:
+        if kind == "batch":
+            from spark_storm.worker.columnar import batch_from_rows
+
+            self._source_arrow(task, batch_from_rows(rows, source.fields), source, kind, tracker, out)
+            return
+        tuples = [Tuple(v, source) for v in rows]
+        if tracker is not None:
+            tracker.expect(len(tuples))
+            acker, slot_index = self._host.acker, self._host.slot_index
+            for tup in tuples:  # each source tuple roots a tuple tree (Storm's acker)
+                root, edge = acker.root(tracker)
+                tup.anchors = [(slot_index, root, edge)]
+        out.append(((task, tuples), len(tuples)))
+
+    def _source_arrow(
+        self,
+        task: int,
+        data: Any,
+        source: TupleSource,
+        kind: str,
+        tracker: GroupTracker | None,
+        out: list[tuple[QueueItem, int]],
+    ) -> None:
+        from spark_storm.worker.columnar import ColumnarBatch, rows_of
+
+        if kind == "tuple":
+            self._source_rows(task, rows_of(data), source, kind, tracker, out)
+            return
+        batch = ColumnarBatch(data, source)
+        if tracker is not None:  # the whole batch is one root: one edge, acked at once
+            tracker.expect(1)
+            root, edge = self._host.acker.root(tracker)
+            batch.anchors = [(self._host.slot_index, root, edge)]
+        out.append(((task, batch), data.num_rows))
+
+    def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
+        """Payloads from bolts (or clients using the bolt form) for task ``task``."""
+        from spark_storm.worker.columnar import ColumnarBatch
+
+        host = self._host
+        out: list[tuple[QueueItem, int]] = []
+        for payload in payloads:
+            try:
+                if payload[:4] == ARROW_STREAM_MAGIC:
+                    data, origin = read_arrow(payload)
+                    if origin is None:
+                        msg = "an Arrow payload for a bolt task needs storm metadata (source task, stream)"
+                        raise WireFormatError(msg)
+                    src, stream, anchors = origin
+                    source = host.source_of(src, stream)
+                    batch = ColumnarBatch(select_fields(data, source.fields), source)
+                    if anchors:
+                        batch.anchors = anchors
+                    out.append(((task, batch), data.num_rows))
+                    continue
+                src, stream, rows, row_anchors = unpack_bolt(host.serializer, payload)
+                source = host.source_of(src, stream)
+                n = len(source.fields)
+                if n and not set(map(len, rows)) <= {n}:
+                    msg = f"tuples from {source} must have {n} values"
+                    raise WireFormatError(msg)
+                tuples = [Tuple(v, source) for v in rows]
+                if row_anchors is not None:
+                    for tup, anchors_ in zip(tuples, row_anchors, strict=True):
+                        if anchors_:
+                            tup.anchors = anchors_
+                out.append(((task, tuples), len(tuples)))
+            except (WireFormatError, KeyError) as exc:
+                self._bad(task, exc, atomic)
+        return out
+
+    # --- acker, forwarding, unknown tasks ---------------------------------------------
+    def _acker_updates(self, payload: bytes) -> None:
+        try:
+            ops = self._host.serializer.loads(payload)
+            checked = [[int(k), int(r), int(v)] for k, r, v in ops]
+        except (WireFormatError, ValueError, TypeError) as exc:
+            with self._lock:
+                self.counters["bad_payload"] += 1
+            logger.warning("worker %s: dropping bad acker updates: %s", self._host.slot, exc)
+            return
+        self._host.acker_ops(self._host.slot_index, checked)
+
+    def _forward(self, task: int, payloads: list[bytes]) -> None:
+        with self._lock:
+            self.counters["forwarded"] += len(payloads)
+        self._host.forward([TaskMessage(task, p) for p in payloads])
+
+    def _unknown(self, task: int, payload: bytes) -> None:
+        with self._lock:
+            self.counters["unknown_task"] += 1
+            count = self.counters["unknown_task"]
+            now = time.monotonic()
+            should_log = now - self._last_unknown_log >= 1.0
+            if should_log:
+                self._last_unknown_log = now
+            if self._dead_letter_path:
+                record = {"ts": time.time(), "worker": str(self._host.slot), "task": task, "payload_hex": payload.hex()}
+                try:
+                    with open(self._dead_letter_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(record) + "\n")
+                    self.counters["dead_lettered"] += 1
+                except OSError as exc:
+                    logger.error(
+                        "worker %s: cannot write dead letter to %s: %s", self._host.slot, self._dead_letter_path, exc
+                    )
+        if should_log:
+            where = f"written to {self._dead_letter_path}" if self._dead_letter_path else "dropped"
+            logger.warning(
+                "worker %s: message for task %d, which this worker does not run (nor does any other), %s (%d so far)",
+                self._host.slot,
+                task,
+                where,
+                count,
+            )
+
+    def unknown(self, messages: list[TaskMessage]) -> None:
+        """Messages the transfer path found no worker for."""
+        for m in messages:
+            self._unknown(m.task, m.payload)
+
+
+class DeserializingConnectionCallback(IConnectionCallback):
+    """Storm 2.x's DeserializingConnectionCallback: the server's push receive into the worker."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self._receiver = receiver
+
+    def recv(self, batch: MessageBatch) -> None:
+        self._receiver.transfer_local(batch.tasks, batch.payloads)
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        self._receiver.recv_group(header, batch, done)
+
+
+def stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
+    """Return the declared fields of ``task``'s component on ``stream`` (WireFormatError if none)."""
+    component = plan.task_component.get(task)
+    if component is None:
+        msg = f"tuples claim to come from task {task}, which this topology does not have"
+        raise WireFormatError(msg)
+    fields = plan.topology.components[component].fields_of(stream)
+    if not fields and stream != DEFAULT_STREAM:
+        msg = f"tuples claim stream {stream!r} of {component!r}, which it does not declare"
+        raise WireFormatError(msg)
+    return fields

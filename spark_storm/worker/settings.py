@@ -1,0 +1,96 @@
+"""Every worker setting, read and checked once when the worker is built.
+
+A worker that starts with a bad value must say so at once, naming the key — not run
+half-way (a receive thread that dies on its first batch, a timer that never beats) or
+break later (a SIGTERM that cannot compute its deadline).  :meth:`WorkerSettings.from_conf`
+reads each ``topology.*`` / ``worker.*`` key the worker uses with a typed getter whose
+error names the key, the value and what is allowed; nothing else in the worker parses
+configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_storm.config import Config
+from spark_storm.errors import ConfigError
+
+__all__ = ["WorkerSettings"]
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """The worker's configuration, typed and validated (see spark_storm/defaults.yaml)."""
+
+    receiver_mode: str
+    receiver_buffer_size: int
+    executor_queue_size: int
+    executor_batch_size: int
+    bp_high: float
+    bp_low: float
+    hold_max: int
+    transfer_queue_size: int
+    transfer_batch_size: int
+    tick_s: float | None
+    error_policy: str
+    dead_letter_file: str | None
+    load_interval_s: float
+    heartbeat_dir: str | None
+    heartbeat_every_s: float
+    metrics_port: int
+    metrics_host: str
+    shutdown_timeout_s: float
+    quiet_s: float
+    ready_timeout_s: float
+    gc_threshold: int
+    message_timeout_s: float
+
+    @classmethod
+    def from_conf(cls, conf: Config) -> WorkerSettings:
+        """Read and check every key.
+
+        Raises
+        ------
+        ConfigError
+            Naming the first bad key, its value and what it must be.
+        """
+        high = conf.get_float("topology.backpressure.high.watermark", minimum=0.0, maximum=1.0)
+        low = conf.get_float("topology.backpressure.low.watermark", minimum=0.0, maximum=1.0)
+        if not 0 < low < high <= 1:
+            msg = (
+                "topology.backpressure.low.watermark and .high.watermark need 0 < low < high <= 1, "
+                f"got low={low} high={high}"
+            )
+            raise ConfigError(msg)
+        tick = conf["topology.tick.tuple.freq.secs"]
+        tick_s = None if tick is None else conf.get_float("topology.tick.tuple.freq.secs", minimum=0.001)
+        port = conf.get_int("topology.worker.metrics.port", minimum=-1)
+        if port > 65535:
+            msg = (
+                f"config key 'topology.worker.metrics.port' must be -1 (off), 0 (any free port) or 1..65535, got {port}"
+            )
+            raise ConfigError(msg)
+        return cls(
+            receiver_mode=conf.get_choice("topology.receiver.mode", ("push", "pull")),
+            receiver_buffer_size=conf.get_int("topology.receiver.buffer.size", minimum=1),
+            executor_queue_size=conf.get_int("topology.executor.receive.buffer.size", minimum=1),
+            executor_batch_size=conf.get_int("topology.executor.batch.size", minimum=1),
+            bp_high=high,
+            bp_low=low,
+            hold_max=conf.get_int("topology.backpressure.hold.max.size", minimum=1),
+            transfer_queue_size=conf.get_int("topology.transfer.buffer.size", minimum=1),
+            transfer_batch_size=conf.get_int("topology.transfer.batch.size", minimum=1),
+            tick_s=tick_s,
+            error_policy=conf.get_choice("topology.bolt.error.policy", ("log", "fail", "stop")),
+            dead_letter_file=conf.get_optional_str("topology.worker.dead.letter.file"),
+            load_interval_s=conf.get_int("topology.load.metrics.interval.ms", minimum=1) / 1000,
+            heartbeat_dir=conf.get_optional_str("worker.heartbeat.dir"),
+            heartbeat_every_s=conf.get_float("worker.heartbeat.frequency.secs", minimum=0.05),
+            metrics_port=port,
+            metrics_host=conf.get_str("topology.worker.metrics.host"),
+            shutdown_timeout_s=conf.get_int("topology.worker.shutdown.timeout.ms", minimum=0) / 1000,
+            quiet_s=conf.get_int("topology.worker.shutdown.quiet.ms", minimum=0) / 1000,
+            ready_timeout_s=conf.get_int("topology.worker.connections.ready.timeout.ms", minimum=0) / 1000,
+            gc_threshold=conf.get_int("topology.worker.gc.threshold", minimum=0),
+            message_timeout_s=conf.get_int("topology.message.timeout.secs", minimum=1),
+        )

@@ -1,0 +1,248 @@
+"""Storm's WorkerState: the plan, this worker's executors and queues, its connections.
+
+Everything the receive path, the transfer path and the executors share lives here, and
+each of them sees it through a small protocol (``ReceiveHost``, ``TransferHost``,
+``ExecutorHost``) — so each can be tested without a worker process.  A plan change
+swaps the plan, the task maps and the connections under one lock
+(:meth:`WorkerState.swap`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_storm.config import Config
+from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
+from spark_storm.topology.model import DEFAULT_STREAM
+from spark_storm.transport import make_context
+from spark_storm.worker.acker import ACKER_TASK, Acker
+from spark_storm.worker.executor import ACK_OP, Executor, QueueItem, make_executor
+from spark_storm.worker.queue import BatchQueue
+from spark_storm.worker.receive import stream_fields
+from spark_storm.worker.serializer import make_serializer
+from spark_storm.worker.settings import WorkerSettings
+from spark_storm.worker.tuples import CLIENT_COMPONENT, TupleSource
+
+if TYPE_CHECKING:
+    from spark_storm.worker.receive import Receiver
+    from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
+
+__all__ = ["WorkerState"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_CLIENT_STREAMS = 256
+
+
+class WorkerState:
+    """The shared state of one worker (implements the receive, transfer and executor hosts).
+
+    Parameters
+    ----------
+    plan : Plan
+    slot : Slot
+    conf : Config
+        Worker configuration (topology conf already merged).
+    settings : WorkerSettings
+    request_stop : callable
+        The worker's ``request_stop(reason, failure=...)``.
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        slot: Slot,
+        conf: Config,
+        settings: WorkerSettings,
+        request_stop: Callable[..., None],
+    ) -> None:
+        self._plan = plan
+        self._slot = slot
+        self.conf = conf
+        self.settings = settings
+        self.topology_id = plan.topology.name
+        self._serializer = make_serializer(conf)
+        self._slot_index = plan.slots.index(slot)
+        self._local_tasks = frozenset(plan.tasks_of(slot))
+        self._acker = Acker()
+        self._max_payload = max(1024, conf.get_int("storm.messaging.max.frame.bytes", minimum=1) // 2)
+        self._request_stop = request_stop
+        self.lock = threading.RLock()
+        self.context: IContext = make_context(conf)
+        self.server: IConnection | None = None
+        self._connections: dict[Slot, IConnection] = {}
+        self.executors: dict[ExecutorSpec, Executor] = {}
+        self._task_queue: dict[int, BatchQueue[QueueItem]] = {}
+        self._task_kind: dict[int, str] = {}
+        self._sources: dict[tuple[int, str], TupleSource] = {}
+        self._client_sources: dict[int, TupleSource] = {}
+        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self.transfer: WorkerTransfer | None = None
+        self.receiver: Receiver | None = None
+
+    # --- what the protocols read ------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    @property
+    def slot(self) -> Slot:
+        return self._slot
+
+    @property
+    def slot_index(self) -> int:
+        return self._slot_index
+
+    @property
+    def local_tasks(self) -> frozenset[int]:
+        return self._local_tasks
+
+    @property
+    def serializer(self) -> Any:
+        return self._serializer
+
+    @property
+    def acker(self) -> Acker:
+        return self._acker
+
+    @property
+    def max_payload_bytes(self) -> int:
+        return self._max_payload
+
+    @property
+    def connections(self) -> Mapping[Slot, IConnection]:
+        return self._connections
+
+    def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
+        return self._task_queue.get(task)
+
+    def kind_of(self, task: int) -> str | None:
+        return self._task_kind.get(task)
+
+    def all_queues(self) -> list[BatchQueue[QueueItem]]:
+        return [e.queue for e in self.executors.values()]
+
+    def source_of(self, task: int, stream: str) -> TupleSource:
+        source = self._sources.get((task, stream))
+        if source is not None:
+            return source
+        if task == -1:  # a client using the bolt form (a broadcast): no declared fields
+            source = TupleSource(CLIENT_COMPONENT, -1, stream, ())
+            if sum(1 for t, _ in self._sources if t == -1) >= _MAX_CLIENT_STREAMS:
+                return source  # do not let clients grow the cache without bound
+        else:
+            fields = stream_fields(self._plan, task, stream)
+            source = TupleSource(self._plan.task_component[task], task, stream, fields)
+        self._sources[(task, stream)] = source
+        return source
+
+    def client_source(self, task: int) -> TupleSource:
+        component = self._plan.task_component[task]
+        source = self._client_sources.get(task)
+        if source is None:
+            fields = self._plan.topology.components[component].fields_of(DEFAULT_STREAM)
+            source = self._client_sources[task] = TupleSource(CLIENT_COMPONENT, -1, DEFAULT_STREAM, fields)
+        return source
+
+    # --- what the protocols call ------------------------------------------------------
+    def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
+        assert self.transfer is not None
+        self.transfer.publish(messages, weights)
+
+    def forward(self, messages: list[TaskMessage]) -> None:
+        assert self.transfer is not None
+        self.transfer.publish(messages, [1] * len(messages))
+
+    def unknown(self, messages: list[TaskMessage]) -> None:
+        assert self.receiver is not None
+        self.receiver.unknown(messages)
+
+    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
+        if slot_index == self._slot_index:
+            acker = self._acker
+            for kind, root, value in ops:
+                if kind == ACK_OP:
+                    acker.update(root, value)
+                else:
+                    acker.fail(root)
+            return
+        slot = self._plan.slots[slot_index] if slot_index < len(self._plan.slots) else None
+        conn = self._connections.get(slot) if slot is not None else None
+        if conn is None:
+            logger.error(
+                "worker %s: no connection to worker #%d for %d acker updates", self._slot, slot_index, len(ops)
+            )
+            return
+        conn.send([TaskMessage(ACKER_TASK, self._serializer.dumps(ops))])
+
+    def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
+        wanted = list(tasks)
+        queues = self._task_queue
+        out = {t: len(queues[t]) / queues[t].capacity for t in wanted if t in queues}
+        task_slot = self._plan.task_slot
+        for slot, conn in self._connections.items():
+            remote = [t for t in wanted if task_slot.get(t) == slot]
+            if remote:
+                out.update(conn.get_load(remote))
+        return out
+
+    def task_loads(self) -> dict[int, float]:
+        """Load of every local task: its executor queue's fill (0..1)."""
+        return {t: len(q) / q.capacity for t, q in self._task_queue.items()}
+
+    def request_stop(self, reason: str, *, failure: bool = True) -> None:
+        self._request_stop(reason, failure=failure)
+
+    def report_error(self, component: str, task: int, error: str) -> None:
+        self.errors.append(
+            {"time": time.time(), "worker": str(self._slot), "component": component, "task": task, "error": error[:500]}
+        )
+
+    # --- building and swapping ------------------------------------------------------------
+    def build_executor(self, spec: ExecutorSpec, backpressure: BackPressureTracker) -> Executor:
+        """Build an executor (and its queue) for ``spec``, not yet started nor routed to."""
+        s = self.settings
+        queue: BatchQueue[QueueItem] = BatchQueue(
+            s.executor_queue_size,
+            str(spec),
+            s.bp_high,
+            s.bp_low,
+            on_high=functools.partial(backpressure.update, spec, True),
+            on_low=functools.partial(backpressure.update, spec, False),
+        )
+        return make_executor(self, spec, queue, s, self.conf)
+
+    def route_to(self, executors: Mapping[ExecutorSpec, Executor]) -> None:
+        """Make ``executors`` (and only they) the local destinations of their tasks."""
+        queues: dict[int, BatchQueue[QueueItem]] = {}
+        kinds: dict[int, str] = {}
+        for spec, executor in executors.items():
+            for task in spec.tasks:
+                queues[task] = executor.queue
+                kinds[task] = executor.kind
+        self._task_queue, self._task_kind = queues, kinds
+        self.executors = dict(executors)
+
+    def swap(
+        self, plan: Plan, connections: dict[Slot, IConnection], executors: Mapping[ExecutorSpec, Executor]
+    ) -> None:
+        """Switch to a new plan, connections and local executors at once."""
+        with self.lock:
+            self._plan = plan
+            self._slot_index = plan.slots.index(self._slot)
+            self._local_tasks = frozenset(plan.tasks_of(self._slot))
+            self._sources = {}
+            self._client_sources = {}
+            self._connections = connections
+            self.route_to(executors)
+
+    def set_connections(self, connections: dict[Slot, IConnection]) -> None:
+        with self.lock:
+            self._connections = connections

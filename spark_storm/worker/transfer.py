@@ -1,0 +1,212 @@
+"""The worker's transfer path (Storm's ``WorkerTransfer``) and backpressure tracking.
+
+Executors hand their emits for remote tasks to the bounded transfer queue — one message
+per (emitting task, stream, destination task) and executor batch, weighted by its tuple
+count.  The transfer thread drains it, groups the messages by destination worker and
+calls ``send`` once per worker.  A message for a task its worker reports backpressured
+is *held* (never dropped) and retried every few milliseconds; while any message for a
+task is held, later ones for that task are held behind it, so nothing overtakes
+anything per (source task, destination task).  When the held messages reach
+``topology.backpressure.hold.max.size`` tuples the thread stops draining: the queue
+fills and the emitting executors wait.
+
+:class:`BackPressureTracker` (Storm's name) is the other direction: it turns this
+worker's executor queues crossing their watermarks into backpressure status for the
+clients that send to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from spark_storm.errors import ConnectionClosedError, StormError
+from spark_storm.messaging import BackpressureStatus, IConnection, TaskMessage
+from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
+from spark_storm.worker.queue import BatchQueue
+from spark_storm.worker.settings import WorkerSettings
+
+__all__ = ["BackPressureTracker", "TransferHost", "WorkerTransfer"]
+
+logger = logging.getLogger(__name__)
+
+#: A transfer queue item: a message and the tuples it carries.
+Outbound = tuple[TaskMessage, int]
+
+
+class TransferHost(Protocol):
+    """What the transfer path needs from the worker's state."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def slot(self) -> Slot: ...
+
+    @property
+    def connections(self) -> Mapping[Slot, IConnection]: ...
+
+    def unknown(self, messages: list[TaskMessage]) -> None:
+        """Messages for tasks no worker of the plan runs."""
+
+
+class WorkerTransfer:
+    """Remote emits -> grouped by destination worker -> ``send`` (one thread).
+
+    Parameters
+    ----------
+    host : TransferHost
+    settings : WorkerSettings
+    """
+
+    def __init__(self, host: TransferHost, settings: WorkerSettings) -> None:
+        self._host = host
+        self.queue: BatchQueue[Outbound] = BatchQueue(settings.transfer_queue_size, "transfer")
+        self._drain = settings.transfer_batch_size
+        self._hold_max = settings.hold_max
+        self._held: list[Outbound] = []
+        self._held_tuples = 0
+        self._held_tasks: set[int] = set()
+        self._done = 0
+        self.sent_messages = 0
+
+    def publish(self, messages: list[TaskMessage], weights: list[int]) -> None:
+        """Queue messages for remote tasks (waits while the queue is full)."""
+        if not self.queue.publish(list(zip(messages, weights, strict=True)), weights):
+            logger.error(
+                "worker %s: transfer queue closed; %d messages (%d tuples) not sent",
+                self._host.slot,
+                len(messages),
+                sum(weights),
+            )
+
+    @property
+    def held(self) -> int:
+        """Tuples held for backpressured (or unreachable) tasks."""
+        return self._held_tuples
+
+    @property
+    def idle(self) -> bool:
+        q = self.queue
+        return len(q) == 0 and q.consumed == self._done and not self._held
+
+    def run(self) -> None:
+        """Drain, group and send until the queue is closed and nothing is held (the transfer thread)."""
+        retry_at = 0.0
+        queue = self.queue
+        while True:
+            if self._held and time.monotonic() >= retry_at:
+                # Retry held messages on a short interval, not on every pass: while the
+                # destination stays backpressured, re-checking each pass would only spin.
+                self._release_held()
+                retry_at = time.monotonic() + 0.002
+            if self._held_tuples >= self._hold_max:
+                time.sleep(0.002)  # everything is held: stop taking, hold the emitters back
+                continue
+            items = queue.take(self._drain, 0.002 if self._held else 0.05)
+            if not items:
+                if queue.closed and not self._held and len(queue) == 0:
+                    return
+                continue
+            self._send_grouped(items)
+            self._done += sum(w for _, w in items)
+
+    def _hold(self, item: Outbound) -> None:
+        self._held.append(item)
+        self._held_tuples += item[1]
+        self._held_tasks.add(item[0].task)
+
+    def _send_grouped(self, items: list[Outbound]) -> None:
+        host = self._host
+        task_slot = host.plan.task_slot
+        connections = host.connections
+        by_slot: dict[Slot, list[Outbound]] = {}
+        unknown: list[TaskMessage] = []
+        for item in items:
+            slot = task_slot.get(item[0].task)
+            if slot is None:
+                unknown.append(item[0])
+                continue
+            group = by_slot.get(slot)
+            if group is None:
+                by_slot[slot] = [item]
+            else:
+                group.append(item)
+        if unknown:
+            host.unknown(unknown)
+        held_tasks = self._held_tasks
+        for slot, group in by_slot.items():
+            conn = connections.get(slot)
+            if conn is None:
+                logger.error("worker %s: no connection to %s; holding %d messages", host.slot, slot, len(group))
+                for item in group:
+                    self._hold(item)
+                continue
+            bp = conn.backpressure_tasks()
+            if bp or held_tasks:
+                ready = []
+                for item in group:
+                    task = item[0].task
+                    if task in bp or task in held_tasks:
+                        self._hold(item)  # behind what is held for it already: order kept
+                    else:
+                        ready.append(item)
+                group = ready
+            if not group:
+                continue
+            try:
+                conn.send([m for m, _ in group])
+                self.sent_messages += len(group)
+            except StormError as exc:
+                logger.error("worker %s: send to %s failed (%s); holding %d messages", host.slot, slot, exc, len(group))
+                for item in group:
+                    self._hold(item)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        self._held_tuples = 0
+        self._held_tasks = set()
+        self._send_grouped(held)
+
+
+class BackPressureTracker:
+    """Which local tasks are over their queue's high watermark; reported to the clients.
+
+    Parameters
+    ----------
+    worker_id : str
+        ``host:port`` of this worker (in the status messages).
+    server : callable
+        Returns the worker's server connection (None before it is bound).
+    """
+
+    def __init__(self, worker_id: str, server: Callable[[], IConnection | None]) -> None:
+        self._worker_id = worker_id
+        self._server = server
+        self._lock = threading.Lock()
+        self._tasks: set[int] = set()
+
+    @property
+    def tasks(self) -> list[int]:
+        with self._lock:
+            return sorted(self._tasks)
+
+    def update(self, spec: ExecutorSpec, on: bool) -> None:
+        """Record that an executor queue crossed its high (``on``) or low watermark, and tell the clients."""
+        tasks = frozenset(spec.tasks)
+        with self._lock:
+            if on:
+                self._tasks |= tasks
+            else:
+                self._tasks -= tasks
+        status = BackpressureStatus(self._worker_id, tasks if on else frozenset(), frozenset() if on else tasks)
+        server = self._server()
+        if server is not None:
+            try:
+                server.send_backpressure_status(status)
+            except ConnectionClosedError:
+                return
+        logger.debug("worker %s: backpressure %s for %s", self._worker_id, "on" if on else "off", spec)

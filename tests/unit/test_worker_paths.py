@@ -1,0 +1,275 @@
+"""The worker's receive path, transfer path and executors, without processes or sockets.
+
+A WorkerState is built for a plan over two slots with the in-process ``local`` transport;
+executors are built but not started (the tests drive them on their own thread), so
+every queue and message can be inspected.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pyarrow as pa
+import pytest
+
+from spark_storm.config import Config
+from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
+from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
+from spark_storm.topology import Slot, plan, topology_from_dict
+from spark_storm.worker.acker import new_edge
+from spark_storm.worker.columnar import ColumnarBatch
+from spark_storm.worker.executor import BatchExecutor, TupleExecutor
+from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
+from spark_storm.worker.receive import GroupRejected, Receiver
+from spark_storm.worker.settings import WorkerSettings
+from spark_storm.worker.state import WorkerState
+from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
+from spark_storm.worker.tuples import Tuple
+from tests.helpers import wait_until
+
+A, B = Slot("h", 1), Slot("h", 2)
+TOPOLOGY = {
+    "name": "paths",
+    "components": [
+        # sorted: bin(1) in(2) mid(3,4) out(5,6); executors round-robin over [A, B]:
+        # bin->A, in->B, mid[3]->A, mid[4]->B, out[5]->A, out[6]->B
+        {"id": "bin", "source": True, "bolt": "spark_storm.worker.bolt:PassThroughBatchBolt", "fields": ["key", "n"]},
+        {"id": "in", "source": True, "fields": ["key", "n"]},
+        {
+            "id": "mid",
+            "bolt": "spark_storm.worker.bolt:PassThroughBolt",
+            "fields": ["key", "n"],
+            "parallelism": 2,
+            "inputs": [{"from": "in"}, {"from": "bin"}],
+        },
+        {
+            "id": "out",
+            "bolt": "tests.integration.bolts:BatchRecordingBolt",
+            "parallelism": 2,
+            "inputs": [{"from": "mid", "grouping": "fields", "fields": ["key"]}],
+        },
+    ],
+}
+
+
+class World:
+    """Worker state for slot A (or B) plus the transfer path and a receiver."""
+
+    def __init__(self, slot: Slot = A, **conf: Any) -> None:
+        topo = topology_from_dict(TOPOLOGY)
+        self.plan = plan(topo, [A, B])
+        self.conf = Config.of({"storm.messaging.transport": "local", "record.dir": ".", **conf})
+        self.settings = WorkerSettings.from_conf(self.conf)
+        self.stops: list[str] = []
+        self.state = WorkerState(
+            self.plan, slot, self.conf, self.settings, lambda reason, failure=True: self.stops.append(reason)
+        )
+        self.receiver = Receiver(self.state, self.settings.dead_letter_file)
+        self.transfer = WorkerTransfer(self.state, self.settings)
+        self.state.receiver, self.state.transfer = self.receiver, self.transfer
+        bp = BackPressureTracker(str(slot), lambda: None)
+        self.state.route_to({spec: self.state.build_executor(spec, bp) for spec in self.plan.executors_of(slot)})
+
+    def queued(self, task: int) -> list[Any]:
+        queue = self.state.queue_of(task)
+        assert queue is not None
+        return queue.take(1 << 30, 0)
+
+    def close(self) -> None:
+        self.state.context.term()
+
+
+@pytest.fixture
+def world() -> Any:
+    w = World()
+    yield w
+    w.close()
+
+
+def _rows(n: int) -> list[list[Any]]:
+    return [[f"k{i % 3}", i] for i in range(n)]
+
+
+def test_msgpack_rows_to_a_tuple_source_become_one_item_of_tuples_in_order() -> None:
+    w = World(B)  # "in" (task 2) runs on B
+    try:
+        payloads = [msgpack.packb(r) for r in _rows(5)]
+        assert w.receiver.transfer_local([2] * 5, payloads) == 5
+        [(task, tuples)] = w.queued(2)
+        assert task == 2
+        assert [t.values for t in tuples] == _rows(5)
+        assert {t.source_component for t in tuples} == {"__client"}
+        assert tuples[0].get("n") == 0
+        assert w.receiver.counters["source_tuples_in"] == 5
+    finally:
+        w.close()
+
+
+def test_arrow_to_a_batch_source_stays_columnar_with_fields_picked_by_name(world: World) -> None:
+    data = pa.record_batch({"n": [1, 2, 3], "key": ["a", "b", "c"], "extra": [0, 0, 0]})
+    world.receiver.transfer_local([1], [arrow_payload(data)])
+    [(task, batch)] = world.queued(1)
+    assert task == 1
+    assert isinstance(batch, ColumnarBatch)
+    assert batch.data.schema.names == ["key", "n"]
+    assert batch.column("key").to_pylist() == ["a", "b", "c"]
+
+
+def test_msgpack_rows_to_a_batch_source_are_assembled_into_one_batch(world: World) -> None:
+    world.receiver.transfer_local([1, 1, 1], [msgpack.packb(r) for r in _rows(3)])
+    [(_, batch)] = world.queued(1)
+    assert batch.data.to_pylist() == [{"key": "k0", "n": 0}, {"key": "k1", "n": 1}, {"key": "k2", "n": 2}]
+
+
+def test_a_bad_payload_is_dropped_alone_or_rejects_a_whole_group(world: World) -> None:
+    good = msgpack.packb(["k", 1])
+    world.receiver.transfer_local([1, 1, 1], [good, b"\xc1garbage", msgpack.packb(["only-one-field"])])
+    [(_, batch)] = world.queued(1)
+    assert batch.num_rows == 1
+    assert world.receiver.counters["bad_payload"] == 2
+    with pytest.raises(GroupRejected):
+        world.receiver.transfer_local([1, 1], [good, b"\xc1"], atomic=True)
+    assert world.queued(1) == []  # nothing of the group was queued
+
+
+def test_bolt_tuples_carry_their_anchors_and_their_origin(world: World) -> None:
+    rows = [["a", 1], ["b", 2]]
+    anchors = [[(0, 11, 12)], []]
+    world.receiver.transfer_local([3], [pack_tuples(world.state.serializer, 4, "default", rows, anchors)])
+    [(_, tuples)] = world.queued(3)
+    assert [t.values for t in tuples] == rows
+    assert tuples[0].anchors == [(0, 11, 12)]
+    assert tuples[1].anchors == []
+    assert (tuples[0].source_component, tuples[0].source_task) == ("mid", 4)
+    world.receiver.transfer_local([3], [pack_tuples(world.state.serializer, 4, "default", [["too", 1, "many"]], None)])
+    world.receiver.transfer_local([3], [pack_tuples(world.state.serializer, 999, "default", rows, None)])
+    assert world.queued(3) == []
+    assert world.receiver.counters["bad_payload"] == 2
+
+
+def test_unknown_tasks_are_dead_lettered_and_moved_tasks_forwarded(tmp_path: Path) -> None:
+    dead = tmp_path / "dead.jsonl"
+    w = World(A, **{"topology.worker.dead.letter.file": str(dead)})
+    try:
+        w.receiver.transfer_local([999, 4], [b"lost", b"for B"])
+        assert json.loads(dead.read_text())["task"] == 999
+        assert w.receiver.counters["unknown_task"] == 1
+        assert w.receiver.counters["forwarded"] == 1
+        [(message, weight)] = w.transfer.queue.take(10, 0)
+        assert message == TaskMessage(4, b"for B")
+        assert weight == 1
+    finally:
+        w.close()
+
+
+def test_a_processed_group_roots_one_tree_per_tuple_and_per_arrow_batch(world: World) -> None:
+    statuses: list[int] = []
+    header = BatchHeader("q", 7, 0, 0, 2, PROCESSED)
+    batch = MessageBatch([1, 1], [arrow_payload(pa.record_batch({"key": ["a", "b"], "n": [1, 2]}))] * 2)
+    world.receiver.recv_group(header, batch, statuses.append)
+    assert statuses == [ACCEPTED]
+    assert len(world.state.acker) == 2  # one root per Arrow payload sent to a batch source
+    items = world.queued(1)
+    for _, columnar in items:
+        for slot_index, root, edge in columnar.anchors:
+            world.state.acker_ops(slot_index, [[1, root, edge]])
+    assert statuses == [ACCEPTED, PROCESSED]
+    [writer] = world.receiver.writers.snapshot()
+    assert (writer["query_id"], writer["last_batch_id"], writer["rows"], writer["groups"]) == ("q", 7, 4, 1)
+
+
+def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world: World) -> None:
+    got: list[TaskMessage] = []
+    server = world.state.context.bind("paths", B.port, got.extend)
+    conn = world.state.context.connect("paths", B.host, B.port)
+    world.state.set_connections({B: conn})
+    runner = threading.Thread(target=world.transfer.run, daemon=True)
+    runner.start()
+    try:
+        server.send_backpressure_status(BackpressureStatus("B", frozenset({4})))
+        wait_until(lambda: conn.backpressure_tasks() == {4}, what="B's backpressure to reach the client")
+        world.transfer.publish([TaskMessage(4, b"a1"), TaskMessage(6, b"b1")], [1, 1])
+        wait_until(lambda: got == [TaskMessage(6, b"b1")], what="the free task's message")
+        world.transfer.publish([TaskMessage(4, b"a2")], [1])
+        wait_until(lambda: world.transfer.held == 2, what="later messages to be held behind the first")
+        server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4})))
+        wait_until(lambda: len(got) == 3, what="the held messages")
+        assert got == [TaskMessage(6, b"b1"), TaskMessage(4, b"a1"), TaskMessage(4, b"a2")]
+        assert world.transfer.idle
+    finally:
+        world.transfer.queue.close()
+        runner.join(5)
+
+
+def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_item(world: World) -> None:
+    mid = next(e for s, e in world.state.executors.items() if s.component == "mid")  # mid[3] on A
+    mid.emitter.owner = threading.get_ident()
+    mid._prepare()
+    tuples = [Tuple(v, world.state.source_of(2, "default")) for v in _rows(60)]
+    mid._process([(3, tuples)])
+    mid.emitter.flush()
+    local = world.queued(5)  # out[5] is on A
+    remote = world.transfer.queue.take(1 << 30, 0)  # out[6] is on B
+    assert len(local) == 1
+    assert len(remote) == 1
+    [(task, local_tuples)] = local
+    assert task == 5
+    [(message, weight)] = remote
+    src, stream, remote_rows, anchors = unpack_bolt(world.state.serializer, message.payload)
+    assert (src, stream, anchors, message.task) == (3, "default", None, 6)
+    assert weight == len(remote_rows)
+    assert sorted([t.values for t in local_tuples] + remote_rows) == sorted(_rows(60))
+    assert mid.stats[3].emitted == 60
+
+
+def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: World) -> None:
+    acker = world.state.acker
+    done: list[int] = []
+
+    class Tracker:
+        def ack(self) -> None:
+            done.append(PROCESSED)
+
+        def fail(self) -> None:  # pragma: no cover - not expected
+            done.append(-1)
+
+    root, edge = acker.root(Tracker())  # type: ignore[arg-type]
+    # columnar batch (one edge) -> a tuple executor: one edge per row, one update
+    mid = next(e for s, e in world.state.executors.items() if s.component == "mid")
+    assert isinstance(mid, TupleExecutor)
+    mid.emitter.owner = threading.get_ident()
+    batch = ColumnarBatch(pa.record_batch({"key": ["a", "b"], "n": [1, 2]}), world.state.source_of(1, "default"))
+    batch.anchors = [(world.state.slot_index, root, edge)]
+    rows = mid._rows_of(batch)
+    mid.emitter.flush()
+    assert [len(t.anchors) for t in rows] == [1, 1]
+    assert not done
+    # the rows -> a batch executor: assembled into one batch with one new edge, one update
+    out = next(e for s, e in world.state.executors.items() if s.component == "out")
+    assert isinstance(out, BatchExecutor)
+    out.emitter.owner = threading.get_ident()
+    assembled = out._assemble(5, rows)
+    out.emitter.flush()
+    assert assembled is not None
+    assert assembled.data.to_pylist() == [{"key": "a", "n": 1}, {"key": "b", "n": 2}]
+    assert not done
+    [(slot_index, same_root, batch_edge)] = assembled.anchors
+    assert same_root == root
+    world.state.acker_ops(slot_index, [[1, root, batch_edge]])  # the batch bolt acks it
+    assert done == [PROCESSED]
+
+
+def test_columnar_payload_metadata_round_trips() -> None:
+    from spark_storm.worker.payloads import read_arrow
+
+    data = pa.record_batch({"key": ["x"], "n": [1]})
+    edge = new_edge()
+    payload = arrow_payload(data, columnar_metadata(3, "s", [(0, 1, edge)]))
+    decoded, origin = read_arrow(payload)
+    assert decoded.to_pylist() == data.to_pylist()
+    assert origin == (3, "s", [(0, 1, edge)])
+    assert read_arrow(arrow_payload(data))[1] is None
