@@ -614,11 +614,12 @@ class TcpClient(SessionClient):
                 timeout = self._select_timeout(out, flush_at, close_deadline, handshake_deadline, proto.ready)
                 if keepalive_at is not None:
                     timeout = max(0.0, min(timeout, keepalive_at - time.monotonic()))
-                if sock.fileno() >= 0 and isinstance(sock, ssl.SSLSocket) and sock.pending():
-                    timeout = 0.0  # decrypted bytes wait inside the TLS layer
+                buffered = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+                if buffered:
+                    timeout = 0.0  # decrypted bytes wait inside the TLS layer, where select() cannot see them
                 sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0), "sock")
                 events = sel.select(timeout)
-                if isinstance(sock, ssl.SSLSocket) and sock.pending() and not any(k.data == "sock" for k, _ in events):
+                if buffered and not any(k.data == "sock" for k, _ in events):
                     self._read(sock, proto, out)
                 for key, _mask in events:
                     if key.data == "wake":
