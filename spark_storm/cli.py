@@ -356,7 +356,7 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    worker.tune_gc()
+    worker.tune_process()
     try:
         worker.start()
     except StormError:

@@ -87,6 +87,7 @@ KAFKA_HEARTBEAT_MS: Final = "storm.messaging.kafka.heartbeat.ms"
 KAFKA_LINGER_MS: Final = "storm.messaging.kafka.linger.ms"
 KAFKA_POLL_MAX_RECORDS: Final = "storm.messaging.kafka.poll.max.records"
 KAFKA_CLIENT_CONFIG: Final = "storm.messaging.kafka.client.config"
+SPARK_FOREACH_LINGER_MS: Final = "storm.spark.foreach.linger.ms"
 
 # Namespaces whose every key we own: a key there that is not in defaults.yaml is a typo.
 _OWNED_PREFIXES: Final = (
@@ -97,6 +98,7 @@ _OWNED_PREFIXES: Final = (
     "storm.messaging.send.",
     "storm.messaging.zmq.",
     "storm.messaging.kafka.",
+    "storm.spark.",
     "zmq.",
     "topology.receiver.",
     "topology.executor.",

@@ -14,11 +14,15 @@ memory.  Two things fail such trees, so the sender replays their groups:
 
 * Storm's message timeout — a root pending longer than ``topology.message.timeout.secs``
   fails (:meth:`Acker.expire`, run by the worker's timer);
-* a lost peer — when a connection to another worker of the topology drops, every tree
-  pending on this worker may have passed through it, and all of them fail at once
-  (:meth:`Acker.fail_all`).  That can fail trees that would still have completed: their
-  groups are delivered again (at-least-once through the bolts, as with Storm's timeout),
-  in exchange for a replay in milliseconds rather than after the timeout.
+* a lost peer — every ack of a tuple whose anchored children went to other workers says
+  which (a bitmask of slot indexes), so each root knows the workers its tree passed
+  through.  When a connection to one of them drops, the trees that had passed through it
+  fail at once (:meth:`Acker.peer_lost`).  Trees whose tuples reach that worker only
+  after it dropped (held for it, delivered once it is back) are left alone.  A failed
+  tree whose tuple was in fact still on its way (resent to the restarted worker) is
+  delivered again (at-least-once through the bolts, as with Storm's timeout), in
+  exchange for a replay in milliseconds rather than after the timeout; the rare tree
+  whose ack naming the peer arrives after the drop is left to the timeout.
 
 Roots on other workers are updated with small messages to the reserved task id
 :data:`ACKER_TASK` on that worker.
@@ -57,9 +61,11 @@ class Acker:
         self._vals: dict[int, int] = {}
         self._trackers: dict[int, GroupTracker] = {}
         self._born: dict[int, float] = {}  # insertion order is birth order: the oldest first
+        self._touched: dict[int, int] = {}  # root -> bitmask of the slot indexes its tree passed through
         self.completed = 0
         self.failed = 0
         self.timed_out = 0
+        self.failed_on_peer_loss = 0
 
     def __len__(self) -> int:
         return len(self._vals)
@@ -76,17 +82,23 @@ class Acker:
             self._born[root] = time.monotonic()
         return root, edge
 
-    def update(self, root: int, value: int) -> None:
-        """XOR ``value`` into ``root``; a zero value completes the tree."""
+    def update(self, root: int, value: int, touched: int = 0) -> None:
+        """XOR ``value`` into ``root``; a zero value completes the tree.
+
+        ``touched``: the workers (bits of slot indexes) the acked tuple's children went to.
+        """
         with self._lock:
             if root not in self._vals:
                 return  # already failed or completed (e.g. an ack after a fail)
+            if touched:
+                self._touched[root] = self._touched.get(root, 0) | touched
             current = self._vals[root] ^ value
             if current:
                 self._vals[root] = current
                 return
             del self._vals[root]
             del self._born[root]
+            self._touched.pop(root, None)
             tracker = self._trackers.pop(root)
             self.completed += 1
         tracker.ack()
@@ -102,6 +114,7 @@ class Acker:
         # Caller holds the lock.
         self._vals.pop(root, None)
         self._born.pop(root, None)
+        self._touched.pop(root, None)
         tracker = self._trackers.pop(root, None)
         if tracker is not None:
             self.failed += 1
@@ -124,10 +137,13 @@ class Acker:
             tracker.fail()
         return len(failed)
 
-    def fail_all(self) -> int:
-        """Fail every pending root (a peer the trees may have passed through is gone); return how many."""
+    def peer_lost(self, slot_index: int) -> int:
+        """Fail the trees that passed through worker ``slot_index``, whose connection dropped; return how many."""
+        bit = 1 << slot_index
         with self._lock:
-            trackers = [t for t in (self._pop(r) for r in list(self._vals)) if t is not None]
+            roots = [r for r, mask in self._touched.items() if mask & bit]
+            trackers = [t for t in (self._pop(r) for r in roots) if t is not None]
+            self.failed_on_peer_loss += len(trackers)
         for tracker in trackers:
             tracker.fail()
         return len(trackers)

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import TaskMessage
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACK_OP",
     "FAIL_OP",
+    "TOUCHED",
     "BatchCollector",
     "BatchExecutor",
     "Emitter",
@@ -98,6 +99,9 @@ class ExecutorHost(Protocol):
 
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
         """Return the receive queue of a local task (None: the task lives elsewhere)."""
+
+    def remote_slot_of(self, task: int) -> int:
+        """Return the slot index of the worker running ``task``, or -1 when it is this one."""
 
     def source_of(self, task: int, stream: str) -> TupleSource:
         """Return the shared origin record of ``task``'s ``stream``."""
@@ -264,20 +268,38 @@ def _split_edges(anchors: list[Anchor], pieces: int, emitter: Emitter) -> list[l
     return out
 
 
-def _child_anchors(parents: Sequence[Any], copies: int) -> list[list[Anchor]] | None:
-    """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker)."""
+#: Key of a parent's ``pending`` dict holding the bitmask of the workers (slot indexes) its
+#: anchored children went to; it travels with the parent's ack to the roots' ackers, so a
+#: worker that loses a peer fails exactly the trees that passed through it.
+TOUCHED: Final = (-1, -1)
+
+
+def _child_anchors(parents: Sequence[Any], slots: Sequence[int]) -> list[list[Anchor]] | None:
+    """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker).
+
+    ``slots`` holds, per copy, the slot index of the worker it goes to (-1: this one).
+    """
     if not any(p.anchors for p in parents):
         return None
+    touched = 0
+    for slot in slots:
+        if slot >= 0:
+            touched |= 1 << slot
     trees = []
-    for _ in range(copies):
+    for _ in slots:
         edge = new_edge()
         child: dict[tuple[int, int], int] = {}
         for parent in parents:
+            if not parent.anchors:
+                continue
+            if parent.pending is None:
+                parent.pending = {}
+            pending = parent.pending
+            if touched:
+                pending[TOUCHED] = pending.get(TOUCHED, 0) | touched
             for slot_index, root, _e in parent.anchors:
                 key = (slot_index, root)
-                if parent.pending is None:
-                    parent.pending = {}
-                parent.pending[key] = parent.pending.get(key, 0) ^ edge
+                pending[key] = pending.get(key, 0) ^ edge
                 child[key] = child.get(key, 0) ^ edge
         trees.append([(s, r, e) for (s, r), e in child.items()])
     return trees
@@ -308,8 +330,12 @@ class _AckingCollector:
     def _ack_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS  # acking twice must not count twice
         pending = item.pending or {}
+        touched = pending.get(TOUCHED, 0)
         for slot_index, root, edge in anchors:
-            self._acker_op(slot_index, [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)])
+            op = [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)]
+            if touched:
+                op.append(touched)
+            self._acker_op(slot_index, op)
 
     def _fail_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS
@@ -398,7 +424,8 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
             trees = None  # untracked: the common case, no tree bookkeeping at all
         else:
-            trees = _child_anchors(_parents(anchors), len(targets))
+            remote = self._host.remote_slot_of
+            trees = _child_anchors(_parents(anchors), [remote(dest) for dest in targets])
         task = self._task
         if trees is None:
             rows = emitter.rows
@@ -501,7 +528,8 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         own_thread = threading.get_ident() == emitter.owner
         if not own_thread:
             emitter = Emitter(self._host, self._component.id, emitter.stats)
-        trees = _child_anchors(_parents(anchors), len(pieces)) if anchors is not None else None
+        remote = self._host.remote_slot_of
+        trees = _child_anchors(_parents(anchors), [remote(d) for d, _ in pieces]) if anchors is not None else None
         for i, (dest, piece) in enumerate(pieces):
             emitter.batches.append((self._task, stream, dest, piece, trees[i] if trees else NO_ANCHORS))
         if not own_thread:

@@ -447,7 +447,10 @@ class Receiver:
     def _acker_updates(self, payload: bytes) -> None:
         try:
             ops = self._host.serializer.loads(payload)
-            checked = [[int(k), int(r), int(v)] for k, r, v in ops]
+            checked = [[int(x) for x in op] for op in ops]
+            if not all(len(op) in (3, 4) for op in checked):
+                msg = "an acker update is [op, root, value] or [op, root, value, workers touched]"
+                raise ValueError(msg)
         except (WireFormatError, ValueError, TypeError) as exc:
             with self._lock:
                 self.counters["bad_payload"] += 1

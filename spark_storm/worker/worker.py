@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -168,19 +169,24 @@ class Worker:
         return name.endswith(f"-{self.slot.port}") or any(name.endswith(f"-{spec}") for spec in self.executors)
 
     # ------------------------------------------------------------------ lifecycle
-    def tune_gc(self) -> None:
-        """Freeze what start-up allocated and collect young objects less often.
+    def tune_process(self) -> None:
+        """Tune the interpreter for a worker *process* (the CLI calls it; not for embedded workers).
 
-        For a worker *process* (the CLI calls it): the hot path allocates a few objects
-        per tuple that die young, and the default threshold (700) makes the cyclic
-        collector walk them thousands of times a second.  ``topology.worker.gc.threshold``
-        (0 leaves the interpreter's default).
+        * garbage collection: freeze what start-up allocated and collect young objects less
+          often — the hot path allocates a few objects per tuple that die young, and the
+          default threshold (700) makes the cyclic collector walk them thousands of times a
+          second (``topology.worker.gc.threshold``; 0 leaves the default);
+        * the GIL's switch interval (``topology.worker.switch.interval.ms``; null leaves
+          Python's 5 ms): how long a thread that became runnable may wait for another that
+          holds the interpreter — lower it for latency, at some cost in throughput.
         """
         if self.settings.gc_threshold:
             gc.collect()
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(self.settings.gc_threshold, gen1, gen2)
+        if self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""
@@ -428,7 +434,7 @@ class Worker:
             )
 
     def _watch_peers(self) -> None:
-        """Fail the pending trees when a connection to another worker drops (they may have passed through it).
+        """Fail the trees that passed through another worker when the connection to it drops.
 
         Only connections of the current plan count: one closed by a refresh is not a loss.
         """
@@ -437,10 +443,11 @@ class Worker:
         lost = (self._ready_peers & set(connections)) - ready
         self._ready_peers = ready
         if lost and not self._stopping.is_set():
-            failed = self.state.acker.fail_all()
+            slots = self.plan.slots
+            failed = sum(self.state.acker.peer_lost(slots.index(s)) for s in lost if s in slots)
             logger.warning(
-                "worker %s: lost the connection to %s; failed %d pending tuple trees that may have passed "
-                "through it (their groups are replayed)",
+                "worker %s: lost the connection to %s; failed %d pending tuple trees that passed through it "
+                "(their groups are replayed)",
                 self.slot,
                 ", ".join(map(str, sorted(lost))),
                 failed,
@@ -468,6 +475,7 @@ class Worker:
                 "completed": acker.completed,
                 "failed": acker.failed,
                 "timed_out": acker.timed_out,
+                "failed_on_peer_loss": acker.failed_on_peer_loss,
             },
             "held": self.transfer.held,
             "server": server.metrics() if server is not None else {},

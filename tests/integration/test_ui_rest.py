@@ -192,8 +192,10 @@ def test_local_cluster_serves_the_ui_and_the_wordcount_bolts_take_ticks_without_
 
         # wordcount.yaml ticks every bolt once a second: split must take them without an error
         def ticked() -> bool:
-            ticks = {c["componentId"]: c["ticks"] for c in _get(f"{base}/api/v1/topology/wordcount")["bolts"]}
-            return len(ticks) == 4 and all(n >= 2 for c, n in ticks.items() if c != "sentences")
+            topology = _get(f"{base}/api/v1/topology/wordcount")
+            assert [c["componentId"] for c in topology["spouts"]] == ["sentences"]  # the source
+            ticks = {c["componentId"]: c["ticks"] for c in topology["bolts"]}
+            return set(ticks) == {"split", "count", "report"} and all(n >= 2 for n in ticks.values())
 
         wait_until(ticked, what="two ticks through every bolt", timeout=30)
         comps = _get(f"{base}/api/v1/topology/wordcount")["bolts"]
