@@ -12,7 +12,13 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Self
 
-from spark_storm.config import STORM_LEDGER_MAX, STORM_LEDGER_REDELIVER_MS, STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
+from spark_storm.config import (
+    STORM_LEDGER_MAX,
+    STORM_LEDGER_MAX_BYTES,
+    STORM_LEDGER_REDELIVER_MS,
+    STORM_SERVER_RECEIVE_QUEUE_SIZE,
+    Config,
+)
 from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
@@ -79,7 +85,9 @@ class ServerBase(_Side):
         self._closed = False
         self._peer_loads: dict[int, float] = {}
         self.ledger = DeliveryLedger(
-            conf.get_int(STORM_LEDGER_MAX, minimum=1), conf.get_int(STORM_LEDGER_REDELIVER_MS, minimum=0) / 1000
+            conf.get_int(STORM_LEDGER_MAX, minimum=1),
+            conf.get_int(STORM_LEDGER_REDELIVER_MS, minimum=0) / 1000,
+            conf.get_int(STORM_LEDGER_MAX_BYTES, minimum=1024),
         )
         self._counters: dict[str, int] = {
             "received": 0,
@@ -278,6 +286,7 @@ class ServerBase(_Side):
                 replayed_groups=self.ledger.replayed_groups,
                 replayed_messages=self.ledger.replayed_messages,
                 ledger_size=len(self.ledger),
+                ledger_bytes=self.ledger.size_bytes,
             )
             out.update(
                 sent=0,
