@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ import msgpack
 import numpy as np
 import yaml
 
+from bench.worker import executed
 from spark_storm.messaging import TaskMessage
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
@@ -104,20 +104,6 @@ def _percentiles(samples_ns: Any) -> str:
     return f"p50 {p50:8.3f} ms   p99 {p99:8.3f} ms   p99.9 {p999:8.3f} ms   ({len(ms):,} samples)"
 
 
-def _executed(cluster: LocalCluster, component: str) -> int:
-    import urllib.request
-
-    total = 0
-    for slot in cluster.slots:
-        hb = cluster.heartbeat(slot) or {}
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            health = json.loads(r.read())
-        for ex in health["executors"].values():
-            if ex["component"] == component:
-                total += sum(t["executed"] for t in ex["tasks"].values())
-    return total
-
-
 def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: int) -> tuple[float, Any]:
     """Run the two-worker hop; with ``rate`` None send ``n_max`` as fast as possible (returns rows/s)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
@@ -135,11 +121,11 @@ def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: in
     path = tmp / "topology.yaml"
     path.write_text(yaml.safe_dump(topo))
     cluster = LocalCluster(str(path), 2, overrides=overrides).start()
-    source_slot = cluster.plan.task_slot[1]
-    assert cluster.plan.task_slot[2] != source_slot  # the hop crosses workers
     ctx = make_context({"storm.messaging.transport": "tcp"})
     payload = msgpack.packb([0, "x" * 90])
     try:
+        source_slot = cluster.plan.task_slot[1]
+        assert cluster.plan.task_slot[2] != source_slot  # the hop crosses workers
         conn = ctx.connect("latency", source_slot.host, source_slot.port)
         conn.wait_ready(30)
         if rate is None:
@@ -147,7 +133,7 @@ def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: in
             t0 = time.perf_counter()
             for _ in range(n_max // 1000):
                 conn.send(batch)
-            while _executed(cluster, "sink") < n_max:
+            while executed(cluster, "sink") < n_max:
                 time.sleep(0.01)
             return n_max / (time.perf_counter() - t0), None
         tick = 0.001 if rate >= 1000 else 1 / rate
@@ -164,7 +150,7 @@ def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: in
             sent += per_tick
             next_at += tick
         conn.flush(30)
-        while _executed(cluster, "sink") < sent:
+        while executed(cluster, "sink") < sent:
             time.sleep(0.01)
     finally:
         ctx.term()

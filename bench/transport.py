@@ -16,10 +16,13 @@ With ``--kafka`` a broker is started (scripts/fetch-jars' jars) and two more sid
   baseline's loop -- what Kafka itself costs from Python, the kafka transport's baseline;
 * kafka: the kafka transport (records, receipts, offset commits, announcements).
 
+With ``--tls`` a side ``tcp-tls`` runs the tcp transport over mutual TLS 1.3 (a CA and
+certificates made for the run, as the tests make them); its ratio to plain tcp is printed.
+
 Sides run interleaved for several rounds; the best round of each is reported, since
 the machines are noisy and the best round is the least disturbed one.
 
-    python -m bench.transport [--messages 1000000] [--batch 1000] [--rounds 3] [--kafka]
+    python -m bench.transport [--messages 1000000] [--batch 1000] [--rounds 3] [--kafka] [--tls]
 """
 
 from __future__ import annotations
@@ -218,9 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--kafka", action="store_true", help="also kafka-raw and the kafka transport (starts a broker)")
+    parser.add_argument("--tls", action="store_true", help="also tcp over mutual TLS (needs the dev extra)")
     args = parser.parse_args(argv)
     n = args.messages - args.messages % args.batch
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    if args.tls:
+        import tempfile
+        from pathlib import Path
+
+        from tests.tls_certs import make_pki, tls_conf
+
+        SIDES["tcp-tls"] = tls_conf(make_pki(Path(tempfile.mkdtemp(prefix="bench-pki-"))))
+        sides.append("tcp-tls")
     broker = None
     if args.kafka:
         import tempfile
@@ -255,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:10s} {rate:12,.0f} {mbs:8.1f} {rate / base:11.0%}")
     if "kafka" in best:
         print(f"kafka transport vs kafka-raw: {best['kafka-raw'] / best['kafka']:.0%}")
+    if "tcp-tls" in best and "tcp" in best:
+        print(f"tcp over TLS vs plain tcp: {best['tcp'] / best['tcp-tls']:.0%}")
     return 0
 
 

@@ -6,6 +6,7 @@ demo            local Spark streaming sentences into a 2-worker wordcount topolo
 transport-demo  send messages through a transport between two processes, with live progress
 worker          run one worker process of a topology
 local-cluster   run N worker processes on loopback until Ctrl-C
+ui              the Storm UI and REST API for a local cluster's workers
 topology plan   print a topology's tasks, executors and the worker each runs on
 kafka           start | stop | status a local KRaft Kafka broker (jars from scripts/fetch-jars)
 zookeeper       start | stop | status a local ZooKeeper server (jars from scripts/fetch-jars)
@@ -31,17 +32,22 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_storm import __version__
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config, load_config
 from spark_storm.errors import ConfigError, StormError
 from spark_storm.messaging import MessageBatch, TaskMessage
 from spark_storm.transport import TRANSPORT_ALIASES, make_context
+
+if TYPE_CHECKING:
+    from spark_storm.ui import UIServer
 
 __all__ = ["main"]
 
@@ -356,7 +362,7 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
     topo = load_topology(topology_path)
     p = plan(topo, workers) if workers else plan(topo)
     worker = Worker(p, Slot(host, port), conf)
-    worker.tune_gc()
+    worker.tune_process()
     return _serve(worker, lambda: worker, conf)
 
 
@@ -365,7 +371,7 @@ def run_cluster_worker(zookeeper: str | None, topology_id: str, host: str, port:
     from spark_storm.topology import Slot
     from spark_storm.worker.cluster_mode import ClusterWorker
 
-    runner = ClusterWorker(zookeeper, topology_id, Slot(host, port), conf, tune_gc=True)
+    runner = ClusterWorker(zookeeper, topology_id, Slot(host, port), conf, tune_process=True)
     return _serve(runner, lambda: runner.worker, conf)
 
 
@@ -385,7 +391,7 @@ def _serve(runner: Any, worker_of: Any, conf: Config) -> int:
     try:
         runner.start()
     except StormError:
-        runner.stop(0)  # what started (server, threads, a ZooKeeper session) goes down before the error is reported
+        runner.stop(5)  # what started (server, threads, a ZooKeeper session) goes down before the error is reported
         raise
     worker = worker_of()
     if worker is not None:
@@ -427,18 +433,58 @@ def _local_cluster(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The UI binds first: a taken port then fails the command before any worker runs.
+    ui = None
+    if args.ui_port is not None:
+        ui = _start_ui(cluster.heartbeat_dir, load_config(args.conf, _overrides(args.set)), None, args.ui_port)
     cluster.start()
     print(cluster.plan.describe())
     for slot in cluster.slots:
         hb = cluster.heartbeat(slot) or {}
         print(f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics")
+    if ui is None:
+        print(f"UI: spark-storm ui --heartbeat-dir {cluster.heartbeat_dir}  (or run local-cluster with --ui-port 8080)")
+    else:
+        print(f"UI: {ui.url}topology.html?id={cluster.topology.name}")
     print("running; Ctrl-C stops every worker (ordered shutdown)", flush=True)
     while not stop["now"] and all(p.poll() is None for p in cluster.procs.values()):
         time.sleep(0.2)
     codes = cluster.stop()
+    if ui is not None:
+        ui.close()
     for slot, code in codes.items():
         print(f"worker {slot} exited with {code}")
     return 0 if all(c == 0 for c in codes.values()) else 1
+
+
+def _start_ui(heartbeat_dir: str | Path, conf: Config, host: str | None, port: int | None) -> UIServer:
+    from spark_storm.ui import local_ui
+
+    server = local_ui(heartbeat_dir, conf, host, port)
+    try:
+        return server.start()
+    except OSError as exc:
+        msg = (
+            f"the UI cannot listen on {server.host}:{server.port}: {exc.strerror}; pick another with --port / --ui-port"
+        )
+        raise StormError(msg) from exc
+
+
+def _ui(args: argparse.Namespace) -> int:
+    conf = load_config(args.conf, _overrides(args.set))
+    hb_dir = args.heartbeat_dir or conf.get_optional_str("worker.heartbeat.dir") or tempfile.gettempdir()
+    if not Path(hb_dir).is_dir():
+        msg = f"--heartbeat-dir {hb_dir!r} is not a directory; use the one `spark-storm local-cluster` prints"
+        raise ConfigError(msg)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server = _start_ui(hb_dir, conf, args.host, args.port)
+    print(f"spark-storm UI on {server.url} (local cluster: worker heartbeats in {hb_dir}); Ctrl-C stops it", flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.close()
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -482,7 +528,20 @@ def _parser() -> argparse.ArgumentParser:
     cluster.add_argument("--workers", type=int, default=2)
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    cluster.add_argument(
+        "--ui-port", type=int, metavar="PORT", help="also serve the UI in this process on PORT (0 = any free port)"
+    )
     cluster.set_defaults(func=_local_cluster)
+    ui = sub.add_parser("ui", help="the Storm UI and REST API (/api/v1/) for a local cluster's workers")
+    ui.add_argument(
+        "--heartbeat-dir",
+        help="the workers' heartbeat dir (local-cluster prints it; default: worker.heartbeat.dir or the temp dir)",
+    )
+    ui.add_argument("--host", help="bind host (default ui.host: 127.0.0.1)")
+    ui.add_argument("--port", type=int, help="port (default ui.port: 8080; 0 = any free port)")
+    ui.add_argument("--conf", help="a storm.yaml with overrides")
+    ui.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    ui.set_defaults(func=_ui)
     topology = sub.add_parser("topology", help="topology tools")
     tsub = topology.add_subparsers(dest="topology_command", required=True)
     tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")

@@ -43,6 +43,11 @@ STORM_HANDSHAKE_TIMEOUT_MS: Final = "storm.messaging.handshake.timeout.ms"
 STORM_SERVER_SESSIONS_MAX: Final = "storm.messaging.server.sessions.max"
 STORM_LEDGER_MAX: Final = "storm.messaging.server.ledger.max.size"
 STORM_LEDGER_REDELIVER_MS: Final = "storm.messaging.server.ledger.redeliver.after.ms"
+STORM_LEDGER_MAX_BYTES: Final = "storm.messaging.server.ledger.max.bytes"
+STORM_SERVER_MAX_CONNECTIONS: Final = "storm.messaging.server.max.connections"
+STORM_SERVER_IDLE_TIMEOUT_MS: Final = "storm.messaging.server.idle.timeout.ms"
+STORM_GROUP_MAX_FRAMES: Final = "storm.messaging.server.group.max.frames"
+STORM_GROUP_MAX_BYTES: Final = "storm.messaging.server.group.max.bytes"
 STORM_AUTH_SECRET: Final = "storm.messaging.auth.secret"
 STORM_AUTH_SECRET_FILE: Final = "storm.messaging.auth.secret.file"
 STORM_LOCAL_PENDING_MAX: Final = "storm.messaging.local.pending.max.size"
@@ -57,11 +62,23 @@ TCP_FLUSH_TIMEOUT_MS: Final = "storm.messaging.tcp.flush.timeout.ms"
 TCP_BUFFER_SIZE: Final = "storm.messaging.tcp.buffer_size"
 TCP_BACKLOG: Final = "storm.messaging.tcp.socket.backlog"
 TCP_CONNECT_TIMEOUT_MS: Final = "storm.messaging.tcp.connect.timeout.ms"
+TLS_ENABLE: Final = "storm.messaging.tcp.tls.enable"
+TLS_CERT_FILE: Final = "storm.messaging.tcp.tls.cert.file"
+TLS_KEY_FILE: Final = "storm.messaging.tcp.tls.key.file"
+TLS_KEY_PASSWORD: Final = "storm.messaging.tcp.tls.key.password"
+TLS_CA_FILE: Final = "storm.messaging.tcp.tls.ca.file"
+TLS_CLIENT_AUTH: Final = "storm.messaging.tcp.tls.client.auth"
+TLS_HOSTNAME_VERIFICATION: Final = "storm.messaging.tcp.tls.hostname.verification"
+TLS_MIN_VERSION: Final = "storm.messaging.tcp.tls.min.version"
 ZMQ_THREADS: Final = "zmq.threads"
 ZMQ_LINGER_MILLIS: Final = "zmq.linger.millis"
 ZMQ_HWM: Final = "zmq.hwm"
 STORM_LOCAL_MODE_ZMQ: Final = "storm.local.mode.zmq"
 ZMQ_IPC_DIR: Final = "storm.messaging.zmq.ipc.dir"
+ZMQ_CURVE_SERVER_PUBLIC: Final = "storm.messaging.zmq.curve.server.public.key"
+ZMQ_CURVE_SERVER_SECRET: Final = "storm.messaging.zmq.curve.server.secret.key"
+ZMQ_CURVE_CLIENT_SECRET: Final = "storm.messaging.zmq.curve.client.secret.key"
+ZMQ_CURVE_ALLOWED: Final = "storm.messaging.zmq.curve.client.allowed.keys"
 KAFKA_BOOTSTRAP: Final = "storm.messaging.kafka.bootstrap.servers"
 KAFKA_TOPIC_PREFIX: Final = "storm.messaging.kafka.topic.prefix"
 KAFKA_PARTITIONS: Final = "storm.messaging.kafka.topic.partitions"
@@ -70,6 +87,7 @@ KAFKA_HEARTBEAT_MS: Final = "storm.messaging.kafka.heartbeat.ms"
 KAFKA_LINGER_MS: Final = "storm.messaging.kafka.linger.ms"
 KAFKA_POLL_MAX_RECORDS: Final = "storm.messaging.kafka.poll.max.records"
 KAFKA_CLIENT_CONFIG: Final = "storm.messaging.kafka.client.config"
+SPARK_FOREACH_LINGER_MS: Final = "storm.spark.foreach.linger.ms"
 
 # Namespaces whose every key we own: a key there that is not in defaults.yaml is a typo.
 _OWNED_PREFIXES: Final = (
@@ -80,6 +98,7 @@ _OWNED_PREFIXES: Final = (
     "storm.messaging.send.",
     "storm.messaging.zmq.",
     "storm.messaging.kafka.",
+    "storm.spark.",
     "zmq.",
     "topology.receiver.",
     "topology.executor.",
@@ -91,6 +110,7 @@ _OWNED_PREFIXES: Final = (
     "storm.zookeeper.",
     "nimbus.",
     "supervisor.",
+    "ui.",
 )
 
 
@@ -230,6 +250,18 @@ class Config(Mapping[str, Any]):
             msg = f"config key {key!r} must be a mapping of names to values, got {value!r}"
             raise ConfigError(msg)
         return dict(value)
+
+    def get_str_list(self, key: str) -> list[str]:
+        """Return ``key`` as a list of strings (null reads as empty; one string as a list of one)."""
+        value = self[key]
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            msg = f"config key {key!r} must be a list of strings, got {value!r}"
+            raise ConfigError(msg)
+        return list(value)
 
     def auth_secret(self) -> bytes | None:
         """Return the shared secret (inline or from the secret file), or None."""

@@ -13,11 +13,13 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
-    +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors
+    +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
         +-- TopologyExistsError         a topology of that name is already submitted
-        +-- UnknownTopologyError        no topology of that name is submitted
+        +-- UnknownTopologyError (LookupError)  no topology of that name (UI/REST: 404)
+        +-- ActionNotSupportedError     the cluster cannot do that action, e.g. rebalance a local cluster (501)
+        +-- TopologyActionError         an action reached the workers and some refused or were unreachable (502)
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -26,6 +28,7 @@ the network or the peer and is usually worth a retry.
 from __future__ import annotations
 
 __all__ = [
+    "ActionNotSupportedError",
     "AuthenticationError",
     "ClusterError",
     "ConfigError",
@@ -34,6 +37,7 @@ __all__ = [
     "NoNimbusError",
     "SendTimeoutError",
     "StormError",
+    "TopologyActionError",
     "TopologyExistsError",
     "TransportError",
     "TransportInitError",
@@ -94,7 +98,7 @@ class SendTimeoutError(TransportError):
 
 
 class ClusterError(StormError):
-    """Base of cluster-mode errors (ZooKeeper state, nimbus, supervisors)."""
+    """Base of cluster-mode errors (ZooKeeper state, nimbus, supervisors, the UI's cluster sources)."""
 
 
 class ZooKeeperUnavailableError(ClusterError):
@@ -109,5 +113,13 @@ class TopologyExistsError(ClusterError):
     """A topology of that name is already submitted; kill it first or rename."""
 
 
-class UnknownTopologyError(ClusterError):
-    """No topology of that name is submitted."""
+class UnknownTopologyError(ClusterError, LookupError):
+    """No topology of that name is submitted (or running, for the UI)."""
+
+
+class ActionNotSupportedError(ClusterError):
+    """The cluster behind the UI cannot carry out this topology action (the message says what can)."""
+
+
+class TopologyActionError(ClusterError):
+    """A topology action was sent to the workers and at least one refused it or could not be reached."""

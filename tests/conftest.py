@@ -10,6 +10,7 @@ from spark_storm.tools import zookeeper_server
 from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
 from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
+from tests.tls_certs import Pki, make_pki
 
 logging.getLogger("spark_storm").setLevel(logging.DEBUG)
 
@@ -75,3 +76,9 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     master = cluster.start(cores=2, memory="2g")
     yield master
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A CA and certificates generated for this test session (tests/tls_certs.py)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.tuples import Tuple
 
-__all__ = ["CountBolt", "ReportBolt", "SplitBolt"]
+__all__ = ["CountBolt", "ReportBolt", "SplitBolt", "open_report"]
 
 _WORD = re.compile(r"[\w']+")
 
@@ -26,6 +26,8 @@ class SplitBolt(Bolt):
     """sentence -> one tuple per lower-cased word."""
 
     def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:  # the topology's tick tuples carry no sentence
+            return
         for word in _WORD.findall(str(tup.get("sentence")).lower()):
             self.collector.emit([word], anchors=tup)
         self.collector.ack(tup)
@@ -47,16 +49,21 @@ class CountBolt(Bolt):
         self.collector.ack(tup)
 
 
+def open_report(conf: Mapping[str, Any], context: TopologyContext) -> tuple[Path, TextIO]:
+    """Open ``<report.dir>/<topology>-<task>.jsonl`` for appending (report.dir defaults to ".")."""
+    directory = Path(str(conf.get("report.dir", ".")))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{context.topology_id}-{context.task_id}.jsonl"
+    return path, path.open("a", encoding="utf-8")
+
+
 class ReportBolt(Bolt):
     """(word, count) -> JSON lines; keeps the latest count per word."""
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
-        directory = Path(str(conf.get("report.dir", ".")))
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{context.topology_id}-{context.task_id}.jsonl"
+        self.path, self._out = open_report(conf, context)
         self.latest: dict[str, int] = {}
-        self._out: TextIO = self.path.open("a", encoding="utf-8")
 
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick:

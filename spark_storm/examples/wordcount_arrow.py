@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_storm.examples.wordcount import open_report
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
 from spark_storm.worker.columnar import ColumnarBatch
 
@@ -73,11 +73,8 @@ class ReportBatchBolt(BatchBolt):
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: BatchOutputCollector) -> None:
         super().prepare(conf, context, collector)
-        directory = Path(str(conf.get("report.dir", ".")))
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"{context.topology_id}-{context.task_id}.jsonl"
+        self.path, self._out = open_report(conf, context)
         self.latest: dict[str, int] = {}
-        self._out: TextIO = self.path.open("a", encoding="utf-8")
 
     def execute_batch(self, batch: ColumnarBatch) -> None:
         if batch.is_tick:

@@ -20,8 +20,11 @@ from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, Messa
 __all__ = [
     "ACCEPTED",
     "FAILED",
+    "HANDSHAKE_FRAME_MAX",
+    "HANDSHAKE_MAX_BYTES",
     "HEADER_SIZE",
     "MAGIC",
+    "MAX_QUERY_ID_BYTES",
     "PROCESSED",
     "PROTOCOL_VERSION",
     "Auth",
@@ -42,6 +45,7 @@ __all__ = [
     "check_messages",
     "encode_control",
     "encode_messages",
+    "split_at_frames",
 ]
 
 MAGIC: Final = b"STRM"
@@ -80,6 +84,13 @@ _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
 _U16: Final = struct.Struct(">H")
 _TASK16: Final = struct.Struct(">h")
+
+#: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
+MAX_QUERY_ID_BYTES: Final = 0xFFFF
+#: Largest frame body legal before a handshake completed: a HELLO with the longest topology id.
+HANDSHAKE_FRAME_MAX: Final = _HELLO_FIXED.size + 0xFFFF
+#: Most bytes a client may send before its handshake completed: one HELLO and one AUTH.
+HANDSHAKE_MAX_BYTES: Final = (HEADER_SIZE + HANDSHAKE_FRAME_MAX) + (HEADER_SIZE + 32)
 
 
 @dataclass(frozen=True)
@@ -271,6 +282,29 @@ def check_messages(messages: Iterable[TaskMessage]) -> None:
             raise WireFormatError(msg)
 
 
+def split_at_frames(chunk: bytes, limit: int) -> list[bytes]:
+    """Cut an encoded frame stream into pieces of at most ``limit`` bytes, at frame boundaries.
+
+    A frame longer than ``limit`` on its own becomes a piece of its own.  Message-based
+    transports (zmq) use it to keep every message under the receiver's message size limit.
+    """
+    if len(chunk) <= limit:
+        return [chunk]
+    pieces: list[bytes] = []
+    unpack = HEADER.unpack_from
+    start = pos = 0
+    n = len(chunk)
+    view = memoryview(chunk)
+    while pos + HEADER_SIZE <= n:
+        end = pos + HEADER_SIZE + unpack(chunk, pos)[1]
+        if end - start > limit and pos > start:
+            pieces.append(bytes(view[start:pos]))
+            start = pos
+        pos = end
+    pieces.append(bytes(view[start:]))
+    return pieces
+
+
 def _str_field(text: str, what: str) -> bytes:
     raw = text.encode("utf-8")
     if len(raw) > 0xFFFF:
@@ -359,6 +393,13 @@ def _utf8(raw: bytes, what: str) -> str:
         raise WireFormatError(msg) from exc
 
 
+def _query_id(body: bytes, start: int, what: str) -> str:
+    if len(body) - start > MAX_QUERY_ID_BYTES:
+        msg = f"{what} frame carries a {len(body) - start}-byte query id; the limit is {MAX_QUERY_ID_BYTES}"
+        raise WireFormatError(msg)
+    return _utf8(body[start:], "query id")
+
+
 def _read_tasks(body: bytes, pos: int, what: str) -> tuple[frozenset[int], int]:
     _need(body, pos + 2, what)
     (count,) = _U16.unpack_from(body, pos)
@@ -379,6 +420,9 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         loads = dict(_LOAD_ENTRY.iter_unpack(body))
         if any(t < 0 for t in loads):
             msg = "load-metrics frame names a negative task id"
+            raise WireFormatError(msg)
+        if not all(0.0 <= v <= 1.0 for v in loads.values()):  # also false for NaN
+            msg = "load-metrics frame holds a load outside 0..1 (or NaN)"
             raise WireFormatError(msg)
         return LoadMetrics(loads)
     if code == SEQ:
@@ -437,15 +481,15 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         if count < 0 or required not in (ACCEPTED, PROCESSED):
             msg = f"batch header has count {count} / required {required}; needs count >= 0, required 1 or 2"
             raise WireFormatError(msg)
-        return BatchHeader(_utf8(body[_BATCH_HEADER.size :], "query id"), batch, part, seq, count, required)
+        return BatchHeader(_query_id(body, _BATCH_HEADER.size, "batch header"), batch, part, seq, count, required)
     if code == BATCH_ACK:
         _need(body, _BATCH_ACK.size, "batch ack")
         batch, part, seq, status = _BATCH_ACK.unpack_from(body)
-        return BatchAck(_utf8(body[_BATCH_ACK.size :], "query id"), batch, part, seq, status)
+        return BatchAck(_query_id(body, _BATCH_ACK.size, "batch ack"), batch, part, seq, status)
     if code == BATCH_COMMIT:
         _need(body, _BATCH_COMMIT.size, "batch commit")
         (batch,) = _BATCH_COMMIT.unpack_from(body)
-        return BatchCommit(_utf8(body[_BATCH_COMMIT.size :], "query id"), batch)
+        return BatchCommit(_query_id(body, _BATCH_COMMIT.size, "batch commit"), batch)
     msg = f"unknown control code {code}"
     raise WireFormatError(msg)
 
@@ -482,31 +526,49 @@ class FrameDecoder:
     Parameters
     ----------
     max_frame_bytes : int
-        Largest body accepted (``storm.messaging.max.frame.bytes``).
+        Largest body accepted (``storm.messaging.max.frame.bytes``); a server lowers it to
+        :data:`HANDSHAKE_FRAME_MAX` until the peer's handshake completed.
     """
 
-    __slots__ = ("_max", "_rest")
+    __slots__ = ("_controls", "_max", "_max_controls", "_rest")
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
         self._rest = bytearray()
+        self._controls = 0
+        self._max_controls: int | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes held back waiting for the rest of a frame."""
         return len(self._rest)
 
-    def feed(self, data: bytes) -> list[Decoded]:
+    @property
+    def max_frame_bytes(self) -> int:
+        """Largest frame body accepted from now on."""
+        return self._max
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        self._max = value
+
+    def feed(self, data: bytes, max_controls: int | None = None) -> list[Decoded]:
         """Decode every complete frame in what was buffered plus ``data``.
+
+        ``max_controls`` bounds the control frames decoded in this call (a flood of tiny
+        control frames is refused after that many, not decoded to the end).
 
         Raises
         ------
         WireFormatError
-            Unknown control code, a length over the limit or negative, or a bad body.
-            The decoder is unusable afterwards: close the connection.
+            Unknown control code, a length over the limit or negative, a bad body, or more
+            than ``max_controls`` control frames.  The decoder is unusable afterwards:
+            close the connection.
         """
         out: list[Decoded] = []
         pos = 0
+        self._controls = 0
+        self._max_controls = max_controls
         rest = self._rest
         if rest:
             # Finish the frame that straddles the previous read, using only what it needs.
@@ -562,6 +624,10 @@ class FrameDecoder:
             self._check_header(buf[pos : pos + 6])
             if end > n:
                 break
+            self._controls += 1
+            if self._max_controls is not None and self._controls > self._max_controls:
+                msg = f"more than {self._max_controls} control frames in one message"
+                raise WireFormatError(msg)
             frame = _decode_control(code, buf[start:end])
             if tasks:
                 out.append(MessageBatch(tasks, payloads))

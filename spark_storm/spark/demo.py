@@ -26,7 +26,9 @@ from typing import Any
 import yaml
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_storm.config import default_config
 from spark_storm.spark.session import local_session
+from spark_storm.ui import serve_local_ui
 from spark_storm.worker.cluster import LocalCluster
 
 __all__ = ["ARROW_RATE", "TUPLE_RATE", "run_demo"]
@@ -123,6 +125,58 @@ def _topology(work: Path, arrow: bool) -> Path:
     return path
 
 
+def _start_query(
+    spark: Any, corpus: list[str], rate: int, topo_path: Path, cluster: LocalCluster, work: Path, listener: _Sent
+) -> Any:
+    from pyspark.sql import functions as F
+
+    sentences = F.array(*[F.lit(s) for s in corpus])
+    df = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rate)
+        .load()
+        .select(F.element_at(sentences, (F.col("value") % len(corpus) + 1).cast("int")).alias("sentence"))
+    )
+    spark.streams.addListener(listener)
+    query = (
+        df.writeStream.format("storm")
+        .option("topology", str(topo_path))
+        .option("workers", cluster.workers_arg)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .trigger(processingTime=f"{TRIGGER_S:g} second")
+        .start()
+    )
+    listener.query_id = str(query.id)
+    return query
+
+
+def _stream(query: Any, cluster: LocalCluster, listener: _Sent, seconds: float) -> None:
+    """Print progress every second for ``seconds`` (and until a micro-batch with data went through)."""
+    stop = {"now": False}
+    signal.signal(signal.SIGINT, lambda *_: stop.__setitem__("now", True))
+    started = time.monotonic()
+    last: tuple[float, Counter[str]] = (started, Counter())
+    # Spark's first batch waits for its JVM and Python workers to start: wait for it too.
+    while not stop["now"] and (
+        time.monotonic() - started < seconds or (not listener.rows and time.monotonic() - started < seconds + 120)
+    ):
+        time.sleep(1.0)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+        per, depth = _acked(_health(cluster))
+        now = time.monotonic()
+        rates = {c: (per[c] - last[1][c]) / (now - last[0]) for c in ("sentences", "split", "count", "report")}
+        last = (now, per)
+        pace = "keeping up" if listener.last_ms <= TRIGGER_S * 1000 else "BEHIND"
+        print(
+            f"t={now - started:5.1f}s  sent {listener.rows:>9,} rows  | tuples/s"
+            f"  sentences {rates['sentences']:>9,.0f}"
+            f"  split {rates['split']:>9,.0f}  count {rates['count']:>9,.0f}  report {rates['report']:>9,.0f}"
+            f"  | queue depth {depth:>7,}  | batch {listener.last_ms:>5,} ms ({pace})",
+            flush=True,
+        )
+
+
 def run_demo(
     seconds: float,
     rows_per_second: int | None = None,
@@ -138,63 +192,29 @@ def run_demo(
     topo_path = _topology(work, arrow)
     kind = "columnar (batch bolts)" if arrow else "tuple"
     print(f"starting {workers} workers of the {kind} wordcount topology ...", flush=True)
-    cluster = LocalCluster(str(topo_path), workers).start()
-    print(cluster.plan.describe(), flush=True)
-    print(f"starting Spark (local[2]), streaming {rate:,} sentences/s ...", flush=True)
-    spark = local_session("spark-storm-demo", master="local[2,4]", quiet=not verbose)
-    from pyspark.sql import functions as F
-
-    sentences = F.array(*[F.lit(s) for s in corpus])
-    df = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", rate)
-        .load()
-        .select(F.element_at(sentences, (F.col("value") % len(corpus) + 1).cast("int")).alias("sentence"))
-    )
+    cluster = LocalCluster(str(topo_path), workers)
+    ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
+    query = spark = None
     listener = _Sent()
-    spark.streams.addListener(listener)
-    query = (
-        df.writeStream.format("storm")
-        .option("topology", str(topo_path))
-        .option("workers", cluster.workers_arg)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(processingTime=f"{TRIGGER_S:g} second")
-        .start()
-    )
-    listener.query_id = str(query.id)
-    stop = {"now": False}
-    signal.signal(signal.SIGINT, lambda *_: stop.__setitem__("now", True))
-    started = time.monotonic()
-    last: tuple[float, Counter[str]] = (started, Counter())
     try:
-        # Stream for `seconds`, and at least until one micro-batch with data went through
-        # (Spark's first batch waits for its JVM and Python workers to start).
-        while not stop["now"] and (
-            time.monotonic() - started < seconds or (not listener.rows and time.monotonic() - started < seconds + 120)
-        ):
-            time.sleep(1.0)
-            if query.exception() is not None:
-                raise RuntimeError(str(query.exception()))
-            per, depth = _acked(_health(cluster))
-            now = time.monotonic()
-            rates = {c: (per[c] - last[1][c]) / (now - last[0]) for c in ("sentences", "split", "count", "report")}
-            last = (now, per)
-            pace = "keeping up" if listener.last_ms <= TRIGGER_S * 1000 else "BEHIND"
-            print(
-                f"t={now - started:5.1f}s  sent {listener.rows:>9,} rows  | tuples/s"
-                f"  sentences {rates['sentences']:>9,.0f}"
-                f"  split {rates['split']:>9,.0f}  count {rates['count']:>9,.0f}  report {rates['report']:>9,.0f}"
-                f"  | queue depth {depth:>7,}  | batch {listener.last_ms:>5,} ms ({pace})",
-                flush=True,
-            )
+        cluster.start()
+        print(cluster.plan.describe(), flush=True)
+        print(f"UI: {ui.url}topology.html?id={cluster.topology.name}  (live while the demo runs)", flush=True)
+        print(f"starting Spark (local[2]), streaming {rate:,} sentences/s ...", flush=True)
+        spark = local_session("spark-storm-demo", master="local[2,4]", quiet=not verbose)
+        query = _start_query(spark, corpus, rate, topo_path, cluster, work, listener)
+        _stream(query, cluster, listener, seconds)
     finally:
-        print("stopping the query between two micro-batches ...", flush=True)
-        _stop_between_batches(query)
-        sent = listener.rows
-        spark.stop()
+        if query is not None:
+            print("stopping the query between two micro-batches ...", flush=True)
+            _stop_between_batches(query)
+        if spark is not None:
+            spark.stop()
         print("letting the workers drain what they accepted ...", flush=True)
-        processed = _drained(cluster, sent)
+        processed = _drained(cluster, listener.rows)
         codes = cluster.stop()
+        ui.close()
+    sent = listener.rows
     final: Counter[str] = Counter()
     for path in (work / "report").glob("*.jsonl"):
         for line in path.read_text().splitlines():

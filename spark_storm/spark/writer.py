@@ -33,7 +33,7 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,15 @@ from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
 from spark_storm.worker.serializer import MsgpackSerializer
 
-__all__ = ["DeliveryError", "StormCommitMessage", "commit_batch", "write_partition"]
+__all__ = [
+    "POOL",
+    "DeliveryError",
+    "StormCommitMessage",
+    "await_acks",
+    "commit_batch",
+    "route_batch",
+    "write_partition",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +184,23 @@ def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[Ta
     return out
 
 
+def route_batch(options: StormOptions, router: Router, rb: pa.RecordBatch) -> dict[Slot, list[TaskMessage]]:
+    """Route one record batch to the source's tasks and pack it: the messages per destination worker.
+
+    The one routing of every Spark writer (``format("storm")``, ``storm_sink``, ``storm_foreach``).
+    """
+    payload_cols = rb.select(list(options.columns))
+    if router.grouping == "direct" or router.grouping == "fields":  # routing columns may not be sent
+        pieces = split_by_task(payload_cols, router.route(rb), options.tasks)
+    else:
+        pieces = router.split(payload_cols)
+    task_slot = options.plan.task_slot
+    by_slot: dict[Slot, list[TaskMessage]] = {}
+    for task, rows in pieces:
+        by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
+    return by_slot
+
+
 def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) -> StormCommitMessage:
     """Send one partition of one micro-batch; return only once it is acknowledged."""
     query_id, batch_id, partition, attempt = _ids(options)
@@ -194,7 +219,6 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
             )
     POOL.follow(options)
     router = Router(options.tasks, options.grouping, options.key_columns, options.task_column, partition)
-    task_slot = options.plan.task_slot
     result = StormCommitMessage(query_id, batch_id, partition)
     pending: dict[Slot, list[tuple[str, int, int, int]]] = {}
     sequence = 0
@@ -206,14 +230,7 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     for rb in batches:
         if rb.num_rows == 0:
             continue
-        payload_cols = rb.select(list(options.columns))
-        if router.grouping == "direct" or router.grouping == "fields":  # routing columns may not be sent
-            pieces = split_by_task(payload_cols, router.route(rb), options.tasks)
-        else:
-            pieces = router.split(payload_cols)
-        by_slot: dict[Slot, list[TaskMessage]] = {}
-        for task, rows in pieces:
-            by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
+        by_slot = route_batch(options, router, rb)
         for slot in sorted(by_slot):
             msgs = by_slot[slot]
             conn = POOL.connection(options, slot)
@@ -231,7 +248,7 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
         result.rows += rb.num_rows
     result.groups = sequence
     if options.delivery:
-        _await_acks(options, pending, query_id, batch_id, partition)
+        await_acks(options, pending, query_id, batch_id, partition)
     else:
         for name in result.per_worker:
             host, _, port = name.rpartition(":")
@@ -266,18 +283,24 @@ def _dropped_workers(options: StormOptions) -> list[Slot]:
     return sorted(set(options.plan.slots) - set(current.plan.slots))
 
 
-def _await_acks(
+def await_acks(
     options: StormOptions,
     pending: dict[Slot, list[tuple[str, int, int, int]]],
     query_id: str,
     batch_id: int,
     partition: int,
 ) -> None:
-    """Wait for every group's ack; raise DeliveryError (Spark retries the task) if one fails or does not come.
+    """Wait, within ``ackTimeoutMs``, until every pending group is acknowledged at the delivery level.
 
     In cluster mode the wait also ends early when a newer assignment drops a worker of this
     task's plan while acks are still missing: tuple trees through a lost worker never
     complete, so the retry (on the new assignment) starts now rather than at ``ackTimeoutMs``.
+
+    Raises
+    ------
+    DeliveryError
+        A worker reported a group FAILED, an ack did not come in time, or (cluster mode) a worker
+        the task sent to was dropped from the assignment (Spark retries the task).
     """
     deadline = time.monotonic() + options.ack_timeout_s
     level = "processed" if options.delivery == 2 else "accepted"
@@ -359,8 +382,3 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
 def rows_of(messages: Iterable[Any]) -> int:
     """Total rows in a list of commit messages."""
     return sum(m.rows for m in messages if isinstance(m, StormCommitMessage))
-
-
-def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
-    """Accept record batches (Arrow writers) as they come."""
-    yield from iterator

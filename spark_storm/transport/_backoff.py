@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["Backoff"]
+from spark_storm.config import TCP_MAX_WAIT_MS, TCP_MIN_WAIT_MS, Config
+from spark_storm.errors import ConfigError
+
+__all__ = ["Backoff", "backoff_from_conf"]
 
 
 @dataclass
@@ -30,3 +33,18 @@ class Backoff:
         base = self.min_ms * (1 << min(max(attempt, 0), 20)) if self.min_ms else (1 << min(attempt, 20))
         jitter = self.rng.randrange(1 + base // 5)
         return max(self.min_ms, min(self.max_ms, base + jitter))
+
+
+def backoff_from_conf(conf: Config) -> Backoff:
+    """Build the reconnect backoff of ``storm.messaging.tcp.min_wait_ms`` / ``max_wait_ms``.
+
+    Raises
+    ------
+    ConfigError
+        A negative bound, or ``max_wait_ms`` below ``min_wait_ms`` (names both keys).
+    """
+    min_wait, max_wait = conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0)
+    if max_wait < min_wait:
+        msg = f"config key {TCP_MAX_WAIT_MS!r} ({max_wait}) must be >= {TCP_MIN_WAIT_MS!r} ({min_wait})"
+        raise ConfigError(msg)
+    return Backoff(min_wait, max_wait)

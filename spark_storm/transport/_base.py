@@ -12,7 +12,13 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, Self
 
-from spark_storm.config import STORM_LEDGER_MAX, STORM_LEDGER_REDELIVER_MS, STORM_SERVER_RECEIVE_QUEUE_SIZE, Config
+from spark_storm.config import (
+    STORM_LEDGER_MAX,
+    STORM_LEDGER_MAX_BYTES,
+    STORM_LEDGER_REDELIVER_MS,
+    STORM_SERVER_RECEIVE_QUEUE_SIZE,
+    Config,
+)
 from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
@@ -26,6 +32,7 @@ from spark_storm.messaging.api import (
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader
+from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._ledger import DeliveryLedger, Reply
 
 __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
@@ -78,7 +85,9 @@ class ServerBase(_Side):
         self._closed = False
         self._peer_loads: dict[int, float] = {}
         self.ledger = DeliveryLedger(
-            conf.get_int(STORM_LEDGER_MAX, minimum=1), conf.get_int(STORM_LEDGER_REDELIVER_MS, minimum=0) / 1000
+            conf.get_int(STORM_LEDGER_MAX, minimum=1),
+            conf.get_int(STORM_LEDGER_REDELIVER_MS, minimum=0) / 1000,
+            conf.get_int(STORM_LEDGER_MAX_BYTES, minimum=1024),
         )
         self._counters: dict[str, int] = {
             "received": 0,
@@ -277,6 +286,7 @@ class ServerBase(_Side):
                 replayed_groups=self.ledger.replayed_groups,
                 replayed_messages=self.ledger.replayed_messages,
                 ledger_size=len(self.ledger),
+                ledger_bytes=self.ledger.size_bytes,
             )
             out.update(
                 sent=0,
@@ -365,6 +375,7 @@ class TrackingContext(IContext):
     def __init__(self, conf: Config) -> None:
         self.conf = conf
         conf.auth_secret()  # fail now, not on the first connection, when the secret file is bad
+        backoff_from_conf(conf)  # likewise for reconnect bounds that cannot hold
         self._lock = threading.Lock()
         self._connections: list[IConnection] = []
         self._terminated = False

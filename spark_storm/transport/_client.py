@@ -16,28 +16,46 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from spark_storm.config import (
+    STORM_GROUP_MAX_BYTES,
+    STORM_GROUP_MAX_FRAMES,
     STORM_HANDSHAKE_TIMEOUT_MS,
     STORM_MAX_FRAME_BYTES,
     TCP_BATCH_BYTES,
     TCP_FLUSH_TIMEOUT_MS,
-    TCP_MAX_WAIT_MS,
-    TCP_MIN_WAIT_MS,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError
+from spark_storm.errors import ConnectionClosedError, TransportError
 from spark_storm.messaging.api import IConnection
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
-from spark_storm.transport._backoff import Backoff
+from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
 from spark_storm.transport._wake import Waker
 
-__all__ = ["SessionClient"]
+__all__ = ["SessionClient", "check_group_size"]
 
 logger = logging.getLogger(__name__)
 
 JOIN_TIMEOUT_S = 5.0
+
+
+def check_group_size(header: BatchHeader, messages: Sequence[TaskMessage], max_frames: int, max_bytes: int) -> None:
+    """Refuse, before anything is sent, a group the server would refuse as too big.
+
+    Raises
+    ------
+    TransportError
+        Over ``storm.messaging.server.group.max.frames`` or ``.max.bytes``.
+    """
+    size = sum(len(m[1]) for m in messages)
+    if len(messages) > max_frames or size > max_bytes:
+        msg = (
+            f"group {header.key} has {len(messages)} messages of {size} bytes; servers assemble at most "
+            f"{max_frames} messages ({STORM_GROUP_MAX_FRAMES}) of {max_bytes} bytes ({STORM_GROUP_MAX_BYTES}): "
+            "send smaller groups or raise both keys on both sides"
+        )
+        raise TransportError(msg)
 
 
 class _Owner(Protocol):
@@ -57,10 +75,12 @@ class SessionClient(ClientBase):
         self._session = ClientSession.from_conf(conf, peer)
         self._secret = conf.auth_secret()
         self._max_frame = conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64)
+        self._group_max_frames = conf.get_int(STORM_GROUP_MAX_FRAMES, minimum=1)
+        self._group_max_bytes = conf.get_int(STORM_GROUP_MAX_BYTES, minimum=1)
         self._batch_bytes = conf.get_int(TCP_BATCH_BYTES, minimum=1)
         self._handshake_s = conf.get_int(STORM_HANDSHAKE_TIMEOUT_MS, minimum=1) / 1000
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
-        self._backoff = Backoff(conf.get_int(TCP_MIN_WAIT_MS, minimum=0), conf.get_int(TCP_MAX_WAIT_MS, minimum=0))
+        self._backoff = backoff_from_conf(conf)
         self._status = ConnectionStatus.CONNECTING
         self._status_cond = threading.Condition()
         self._closing = threading.Event()
@@ -70,6 +90,8 @@ class SessionClient(ClientBase):
         self._reconnects = 0
         self._connects = 0
         self._received = 0
+        self._auth_failures = 0
+        self._ready_once = False  # the current attempt completed its handshake
         self.last_error: str | None = None
         self._thread: threading.Thread | None = None
 
@@ -97,6 +119,12 @@ class SessionClient(ClientBase):
         self.last_error = None
         self._set_status(ConnectionStatus.READY)
         logger.info("%s: ready", self.describe())
+
+    def _auth_failed(self, exc: BaseException, text: str | None = None) -> None:
+        """Record a refused handshake: it counts as a failed attempt, and ``last_error`` says so."""
+        self._auth_failures += 1
+        self.last_error = f"authentication failed: {text or exc}"
+        logger.error("%s: %s", self.describe(), self.last_error)
 
     def _mark_connecting(self) -> None:
         if self._status is ConnectionStatus.READY:
@@ -134,6 +162,7 @@ class SessionClient(ClientBase):
         if len(messages) != header.count:
             msg = f"group {header.key} announces {header.count} messages but {len(messages)} were given"
             raise ValueError(msg)
+        check_group_size(header, messages, self._group_max_frames, self._group_max_bytes)
         if self._status is ConnectionStatus.CLOSED:
             msg = f"send_group on closed {self.describe()}"
             raise ConnectionClosedError(msg)
@@ -182,6 +211,7 @@ class SessionClient(ClientBase):
             "resent": s.resent,
             "blocked": s.blocked,
             "reconnects": self._reconnects,
+            "auth_failures": self._auth_failures,
             "dest": self._peer,
             "src": self.topology_id,
             "status": self._status.value,

@@ -13,7 +13,8 @@ answer them), so no row reaches an executor queue twice:
   through the bolts).
 
 ``forget(query, batch)`` (the driver's commit) drops the entries of that batch and older
-ones of the query; a size bound evicts the oldest entries beyond it, with a warning.
+ones of the query; bounds on entries and on bytes (estimated per entry as the query id's
+length plus :data:`ENTRY_OVERHEAD_BYTES`) evict the oldest entries beyond them, with a warning.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ from dataclasses import dataclass, field
 
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchAck, BatchHeader
 
-__all__ = ["DeliveryLedger", "Reply"]
+__all__ = ["ENTRY_OVERHEAD_BYTES", "DeliveryLedger", "Reply"]
 
 logger = logging.getLogger(__name__)
 
 Reply = Callable[[BatchAck], None]
 _IN_PROGRESS = 0
+#: Estimated memory of one entry besides its query id (entry, header, key tuple, dict slot).
+ENTRY_OVERHEAD_BYTES = 512
+_MAX_WAITERS = 64
+
+
+def _cost(header: BatchHeader) -> int:
+    return len(header.query_id) + ENTRY_OVERHEAD_BYTES
 
 
 @dataclass
@@ -44,18 +52,26 @@ class _Entry:
 
 
 class DeliveryLedger:
-    """Thread-safe record of delivered groups, bounded by ``max_entries``."""
+    """Thread-safe record of delivered groups, bounded by ``max_entries`` and ``max_bytes``."""
 
-    def __init__(self, max_entries: int, redeliver_after_s: float = 30.0) -> None:
+    def __init__(self, max_entries: int, redeliver_after_s: float = 30.0, max_bytes: int | None = None) -> None:
         self._max = max_entries
+        self._max_bytes = max_bytes
         self._redeliver_after = redeliver_after_s
         self._entries: OrderedDict[tuple[str, int, int, int], _Entry] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self.replayed_groups = 0
         self.replayed_messages = 0
+        self.evicted = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def size_bytes(self) -> int:
+        """Estimated bytes held by the entries."""
+        return self._bytes
 
     def begin(self, header: BatchHeader, reply: Reply) -> bool:
         """Register a group's arrival; True means deliver it, False means it was a replay."""
@@ -64,16 +80,21 @@ class DeliveryLedger:
             entry = self._entries.get(header.key)
             if entry is None:
                 self._entries[header.key] = _Entry(header, _IN_PROGRESS, [reply])
+                self._bytes += _cost(header)
                 self._bound()
                 return True
             stale = time.monotonic() - entry.since > self._redeliver_after
             redeliver = entry.status == FAILED or (entry.status == ACCEPTED and header.required == PROCESSED and stale)
             if redeliver:
+                self._bytes += _cost(header) - _cost(entry.header)
                 self._entries[header.key] = _Entry(header, _IN_PROGRESS, [reply])
+                self._bound()
                 return True
             self.replayed_groups += 1
             self.replayed_messages += header.count
             if entry.status == _IN_PROGRESS or (entry.status == ACCEPTED and header.required == PROCESSED):
+                if len(entry.waiters) >= _MAX_WAITERS:  # a peer replaying in a loop: keep the newest
+                    del entry.waiters[0]
                 entry.waiters.append(reply)
             else:
                 ack_now = entry.status
@@ -106,18 +127,27 @@ class DeliveryLedger:
         with self._lock:
             doomed = [k for k in self._entries if k[0] == query_id and k[1] <= batch_id]
             for k in doomed:
-                del self._entries[k]
+                self._bytes -= _cost(self._entries.pop(k).header)
             return len(doomed)
 
     def _bound(self) -> None:
-        # Caller holds the lock.
-        while len(self._entries) > self._max:
-            key, _ = self._entries.popitem(last=False)
+        # Caller holds the lock.  One warning per call, however many entries go.
+        gone = 0
+        first: tuple[str, int, int, int] | None = None
+        while len(self._entries) > self._max or (self._max_bytes is not None and self._bytes > self._max_bytes):
+            key, entry = self._entries.popitem(last=False)
+            self._bytes -= _cost(entry.header)
+            first = first or key
+            gone += 1
+        if gone:
+            self.evicted += gone
             logger.warning(
-                "delivery ledger over %d entries: forgetting %s before its commit; a replay of it "
-                "would be delivered again (raise storm.messaging.server.ledger.max.size)",
+                "delivery ledger over %d entries or %s bytes: forgot %d entries (first %s) before their commit; "
+                "a replay of them would be delivered again (raise storm.messaging.server.ledger.max.size / .max.bytes)",
                 self._max,
-                key,
+                self._max_bytes,
+                gone,
+                first,
             )
 
 

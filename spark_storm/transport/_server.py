@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -17,9 +18,38 @@ from spark_storm.transport._base import ServerBase
 from spark_storm.transport._client import JOIN_TIMEOUT_S
 from spark_storm.transport._wake import Waker
 
-__all__ = ["IOThreadServer"]
+__all__ = ["IOThreadServer", "LogLimiter"]
 
 logger = logging.getLogger(__name__)
+
+
+class LogLimiter:
+    """Logs one record per kind per interval; the next one says how many were held back.
+
+    A server under attack (thousands of garbage connections, a full file table) must not
+    turn every refused peer into a log line: the log would become the attack.
+    """
+
+    def __init__(self, log: logging.Logger, interval_s: float = 10.0) -> None:
+        self._log = log
+        self._interval = interval_s
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def log(self, level: int, kind: str, fmt: str, *args: object) -> bool:
+        """Log ``fmt % args`` unless ``kind`` was logged less than an interval ago; True if logged."""
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._interval:
+            self._held[kind] = self._held.get(kind, 0) + 1
+            return False
+        self._last[kind] = now
+        held = self._held.pop(kind, 0)
+        if held:
+            fmt += " (and %d more like it in the last %.0fs)"
+            args = (*args, held, now - (last or now))
+        self._log.log(level, fmt, *args)
+        return True
 
 
 class IOThreadServer(ServerBase):
@@ -35,6 +65,8 @@ class IOThreadServer(ServerBase):
         self._commands: deque[bytes] = deque()
         self._waker = Waker()
         self._thread: threading.Thread | None = None
+        for name in ("evicted_connections", "refused_connections", "idle_timeouts", "disconnects"):
+            self.count(name, 0)  # listed in metrics() from the start
 
     def ready_clients(self) -> int:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it

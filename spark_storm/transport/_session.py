@@ -20,9 +20,13 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_storm.config import (
+    STORM_GROUP_MAX_BYTES,
+    STORM_GROUP_MAX_FRAMES,
+    STORM_MAX_FRAME_BYTES,
     STORM_OVERFLOW_POLICY,
     STORM_SEND_TIMEOUT_MS,
     TCP_HIGH_WATERMARK,
@@ -40,6 +44,8 @@ from spark_storm.errors import (
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
 from spark_storm.messaging.message import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
+    HANDSHAKE_FRAME_MAX,
+    HANDSHAKE_MAX_BYTES,
     Auth,
     BatchAck,
     BatchCommit,
@@ -61,7 +67,7 @@ from spark_storm.messaging.wire import (
 if TYPE_CHECKING:
     from spark_storm.transport._base import ClientBase, ServerBase
 
-__all__ = ["ClientProtocol", "ClientSession", "ServerPeer", "SessionTable"]
+__all__ = ["MAX_CONTROLS_PER_MESSAGE", "ClientProtocol", "ClientSession", "PeerLimits", "ServerPeer", "SessionTable"]
 
 logger = logging.getLogger(__name__)
 
@@ -281,13 +287,37 @@ class SessionTable:
             self._last.pop(session_id, None)
 
 
-#: A hook for frames of the delivery protocol (issue: Spark integration); receives the
-#: frame and a function that writes a reply frame to the same peer.
-ControlHook = Callable[[object, Callable[[object], None]], None]
+#: Most control frames one message may carry where a transport has messages (a zmq message,
+#: a Kafka record): a client's chunk holds at most a batch header and a SEQ, so 64 is ample,
+#: and a message of millions of tiny control frames is refused after 64 instead of decoded.
+MAX_CONTROLS_PER_MESSAGE = 64
+
+
+@dataclass(frozen=True)
+class PeerLimits:
+    """What a server accepts from one peer (frame, group and handshake bounds)."""
+
+    max_frame_bytes: int
+    group_max_frames: int
+    group_max_bytes: int
+
+    @classmethod
+    def from_conf(cls, conf: Config) -> PeerLimits:
+        """Read the frame and group bounds (``storm.messaging.max.frame.bytes``, ``server.group.max.*``)."""
+        return cls(
+            conf.get_int(STORM_MAX_FRAME_BYTES, minimum=64),
+            conf.get_int(STORM_GROUP_MAX_FRAMES, minimum=1),
+            conf.get_int(STORM_GROUP_MAX_BYTES, minimum=1),
+        )
 
 
 class ServerPeer:
     """One client as seen by a server: handshake, decoding, sequencing, dedupe.
+
+    Before the handshake completes only handshake frames are legal, and only
+    :data:`~spark_storm.messaging.wire.HANDSHAKE_MAX_BYTES` of them: a peer that has not
+    proven anything cannot make the server buffer more.  A delivery group is bounded by
+    ``limits`` in frames (checked at its header, before anything is collected) and bytes.
 
     Parameters
     ----------
@@ -299,8 +329,17 @@ class ServerPeer:
         Shared secret; None turns auth off.
     peer : str
         ``host:port`` of the client, for logs.
-    max_frame_bytes : int
-        Decoder limit.
+    limits : PeerLimits
+        Frame and group bounds.
+    reply : callable, optional
+        Writes a frame to this peer from any thread (acks of delivery groups).
+    message_controls : int, optional
+        Most control frames per :meth:`on_bytes` call, for transports whose unit is a
+        message (:data:`MAX_CONTROLS_PER_MESSAGE`); None for byte streams.
+    receipts : bool
+        Whether :meth:`on_bytes` answers delivered data with a RECEIPT itself; if not, it sets
+        :attr:`receipt_due` (kafka sends its receipts only after committing offsets, for
+        :attr:`delivered_upto`).
     """
 
     def __init__(
@@ -309,25 +348,85 @@ class ServerPeer:
         sessions: SessionTable,
         secret: bytes | None,
         peer: str,
-        max_frame_bytes: int,
+        limits: PeerLimits,
         reply: Callable[[bytes], None] | None = None,
+        *,
+        message_controls: int | None = None,
+        receipts: bool = True,
     ) -> None:
         self.server = server
         self.peer = peer
         self._reply = reply
+        self._limits = limits
+        self._message_controls = message_controls
+        self._receipts = receipts
         self._group: BatchHeader | None = None
         self._group_tasks: list[int] = []
         self._group_payloads: list[bytes] = []
         self._group_seen = 0
+        self._group_bytes = 0
         self._sessions = sessions
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._decoder = FrameDecoder(min(limits.max_frame_bytes, HANDSHAKE_FRAME_MAX))
         self._handshake = ServerHandshake(server.topology_id, secret, peer)
+        self._pre_auth_bytes = 0
         self.ready = False
         self.closed_by_peer = False
+        self.receipt_due = False  # receipts=False: data arrived since the transport last sent one
         self.session_id = b""
         self._next = 0
         self._remaining = 0
         self._delivered_upto = -1
+
+    @classmethod
+    def authenticated(
+        cls,
+        server: ServerBase,
+        sessions: SessionTable,
+        session_id: bytes,
+        peer: str,
+        limits: PeerLimits,
+        reply: Callable[[bytes], None] | None = None,
+        *,
+        message_controls: int | None = None,
+        receipts: bool = True,
+    ) -> ServerPeer:
+        """Make a peer whose every message the transport authenticates itself (kafka: a MAC per record).
+
+        It starts ready, resuming after the last sequence ``sessions`` delivered for ``session_id``.
+        """
+        self = cls(server, sessions, None, peer, limits, reply, message_controls=message_controls, receipts=receipts)
+        self._ready(session_id, sessions.last(session_id))
+        return self
+
+    def _ready(self, session_id: bytes, resume: int) -> None:
+        self.session_id = session_id
+        self._delivered_upto = resume
+        self._decoder.max_frame_bytes = self._limits.max_frame_bytes
+        self.ready = True
+
+    @property
+    def delivered_upto(self) -> int:
+        """Last sequence number of this session delivered to the server (-1: none)."""
+        return self._delivered_upto
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes this peer makes the server hold: a partial frame plus a partly received group."""
+        return self._decoder.buffered + self._group_bytes
+
+    def release(self) -> None:
+        """Forget everything buffered and the reply path: the connection is gone.
+
+        Called by the transport when it drops the peer, so a partial group or frame is freed
+        at once even if something (a pending ack in the ledger) still refers to the peer, and
+        the peer no longer refers to its connection (no reference cycle to wait for).
+        """
+        self._reply = None
+        self._group = None
+        self._group_tasks = []
+        self._group_payloads = []
+        self._group_bytes = 0
+        self._decoder = FrameDecoder(0)
 
     def on_bytes(self, data: bytes) -> list[bytes]:
         """Process bytes from the client; return encoded frames to write back.
@@ -338,9 +437,19 @@ class ServerPeer:
             The caller closes this connection (after writing the FAILURE it is given by
             :meth:`failure_frame`), logs and counts it.
         """
+        if not self.ready:
+            # Checked before decoding: an unauthenticated peer gets no work done for it
+            # beyond the handshake's own few bytes.
+            self._pre_auth_bytes += len(data)
+            if self._pre_auth_bytes > HANDSHAKE_MAX_BYTES:
+                msg = (
+                    f"client {self.peer} sent {self._pre_auth_bytes} bytes before completing the handshake; "
+                    f"at most {HANDSHAKE_MAX_BYTES} are legal"
+                )
+                raise WireFormatError(msg)
         replies: list[bytes] = []
         delivered = False
-        for item in self._decoder.feed(data):
+        for item in self._decoder.feed(data, self._message_controls):
             if type(item) is MessageBatch:
                 self._data(item)
                 delivered = True
@@ -349,7 +458,10 @@ class ServerPeer:
         if delivered:
             last = self._delivered_upto
             self._sessions.advance(self.session_id, last)
-            replies.append(encode_control(Receipt(last)))
+            if self._receipts:
+                replies.append(encode_control(Receipt(last)))
+            else:
+                self.receipt_due = True
         return replies
 
     def _data(self, run: MessageBatch) -> None:
@@ -381,8 +493,17 @@ class ServerPeer:
         assert header is not None
         if skip > 0:
             self.server.count("duplicates", min(skip, len(run)))
-        self._group_tasks.extend(run.tasks[max(skip, 0) :])
-        self._group_payloads.extend(run.payloads[max(skip, 0) :])
+        keep = max(skip, 0)
+        payloads = run.payloads[keep:] if keep else run.payloads
+        self._group_bytes += sum(map(len, payloads))
+        if self._group_bytes > self._limits.group_max_bytes:
+            msg = (
+                f"client {self.peer} sent over {self._limits.group_max_bytes} bytes in group {header.key} "
+                f"({STORM_GROUP_MAX_BYTES})"
+            )
+            raise WireFormatError(msg)
+        self._group_tasks.extend(run.tasks[keep:])
+        self._group_payloads.extend(payloads)
         self._group_seen += len(run)
         if self._group_seen > header.count:
             msg = f"client {self.peer} sent more frames than group {header.key} announced ({header.count})"
@@ -390,12 +511,14 @@ class ServerPeer:
         if self._group_seen == header.count:
             batch = MessageBatch(self._group_tasks, self._group_payloads)
             self._group, self._group_tasks, self._group_payloads = None, [], []
+            self._group_bytes = 0
             self._delivered_upto = max(self._delivered_upto, self._next - 1)
             self.server.deliver_group(header, batch, self._send_ack)
 
     def _send_ack(self, ack: BatchAck) -> None:
-        if self._reply is not None:
-            self._reply(encode_control(ack))
+        reply = self._reply
+        if reply is not None:
+            reply(encode_control(ack))
 
     def _control(self, frame: object, replies: list[bytes]) -> None:
         if isinstance(frame, Hello):
@@ -409,11 +532,12 @@ class ServerPeer:
             if hello is None:
                 msg = f"client {self.peer} sent AUTH before HELLO"
                 raise WireFormatError(msg)
+            if self.ready:
+                msg = f"client {self.peer} sent AUTH twice"
+                raise WireFormatError(msg)
             resume = self._sessions.last(hello.session_id)
             ok = self._handshake.on_auth(frame, resume)
-            self.session_id = hello.session_id
-            self._delivered_upto = resume
-            self.ready = True
+            self._ready(hello.session_id, resume)
             replies.append(encode_control(ok))
             return
         if not self.ready:
@@ -431,13 +555,20 @@ class ServerPeer:
             self.closed_by_peer = True
             self._sessions.forget(self.session_id)
         elif isinstance(frame, Eob):
-            pass
+            pass  # Storm's end-of-batch; our clients send it as a keepalive
         elif isinstance(frame, BatchHeader):
             if self._group is not None:
                 msg = f"client {self.peer} started group {frame.key} inside group {self._group.key}"
                 raise WireFormatError(msg)
+            if frame.count > self._limits.group_max_frames:
+                msg = (
+                    f"client {self.peer} announced group {frame.key} of {frame.count} frames; the limit is "
+                    f"{self._limits.group_max_frames} ({STORM_GROUP_MAX_FRAMES})"
+                )
+                raise WireFormatError(msg)
             self._group = frame
             self._group_seen = 0
+            self._group_bytes = 0
             if frame.count == 0:
                 self._group = None
                 self.server.deliver_group(frame, MessageBatch([], []), self._send_ack)
@@ -460,6 +591,9 @@ class ClientProtocol:
     """A client's view of one connection attempt: handshake, then control frames.
 
     A new instance is made for every (re)connect; the :class:`ClientSession` outlives it.
+    With ``handshake=False`` (kafka, whose records are authenticated one by one) it starts
+    ready and only handles what the server sends about the session: receipts, acks, load,
+    backpressure, failure.
     """
 
     def __init__(
@@ -469,13 +603,15 @@ class ClientProtocol:
         secret: bytes | None,
         peer: str,
         max_frame_bytes: int,
+        *,
+        handshake: bool = True,
     ) -> None:
         self._client = client
         self._session = session
         self._peer = peer
         self._decoder = FrameDecoder(max_frame_bytes)
         self._handshake = ClientHandshake(client.topology_id, session.session_id, secret, peer)
-        self.ready = False
+        self.ready = not handshake
 
     def hello(self) -> bytes:
         return encode_control(self._handshake.hello())
@@ -493,7 +629,12 @@ class ClientProtocol:
             The server sent garbage.
         """
         replies: list[bytes] = []
-        for item in self._decoder.feed(data):
+        self.on_frames(self._decoder.feed(data), replies)
+        return replies
+
+    def on_frames(self, items: Sequence[object], replies: list[bytes]) -> None:
+        """Handle decoded frames from the server (see :meth:`on_bytes`); append what to write back."""
+        for item in items:
             if type(item) is MessageBatch:
                 msg = f"server {self._peer} sent data frames to a client"
                 raise WireFormatError(msg)
@@ -503,6 +644,9 @@ class ClientProtocol:
                 self._client.update_loads(item.loads)
             elif isinstance(item, BackpressureStatus):
                 self._client.update_backpressure(item)
+            elif isinstance(item, Challenge | Ok) and self.ready:
+                msg = f"server {self._peer} sent {type(item).__name__} after the handshake"
+                raise WireFormatError(msg)
             elif isinstance(item, Challenge):
                 replies.append(encode_control(self._handshake.on_challenge(item)))
             elif isinstance(item, Ok):
@@ -525,4 +669,3 @@ class ClientProtocol:
             else:
                 msg = f"server {self._peer} sent unexpected {type(item).__name__}"
                 raise WireFormatError(msg)
-        return replies

@@ -21,8 +21,11 @@ transport adds no format of its own:
 Delivery.  The server consumes with a manually assigned partition set and commits offsets
 only after the receive callback returned for every record of a poll, then sends RECEIPTs:
 a restarted server resumes after the last delivered record, and records sent while no
-server ran are waiting for it.  Duplicates inside one server's life are dropped by session
-sequence numbers (the same ``SessionTable`` as tcp/zmq); across a restart, records
+server ran are waiting for it.  Records are handed to the same sans-I/O session protocol
+as tcp and zmq (one ``ServerPeer`` per client session, ``ClientProtocol`` on the client),
+started past the handshake since each record is authenticated on its own: duplicates
+inside one server's life are dropped by session sequence numbers, groups are bounded and
+assembled the same way; across a restart, records
 delivered but not yet committed come again (at-least-once; Spark groups are deduplicated
 by the delivery ledger).  Clients keep tcp's watermarks on bytes the server has not
 receipted, so a stopped server holds its producers back instead of filling the topic.
@@ -38,6 +41,7 @@ ACLs' business (``storm.messaging.kafka.client.config`` takes SASL/TLS settings)
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -64,13 +68,18 @@ from spark_storm.config import (
     KAFKA_POLL_MAX_RECORDS,
     KAFKA_REPLICATION,
     KAFKA_TOPIC_PREFIX,
+    STORM_GROUP_MAX_BYTES,
+    STORM_GROUP_MAX_FRAMES,
     STORM_MAX_FRAME_BYTES,
+    STORM_SERVER_MAX_CONNECTIONS,
     STORM_SERVER_SESSIONS_MAX,
     TCP_FLUSH_TIMEOUT_MS,
     Config,
 )
 from spark_storm.errors import (
+    AuthenticationError,
     ConfigError,
+    ConnectionBrokenError,
     ConnectionClosedError,
     TransportError,
     TransportInitError,
@@ -78,25 +87,30 @@ from spark_storm.errors import (
 )
 from spark_storm.messaging.api import CallbackLike, IConnection
 from spark_storm.messaging.handshake import new_session_id, record_mac, verify_record_mac
-from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
+from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import (
     PROTOCOL_VERSION,
-    BatchAck,
     BatchCommit,
     BatchHeader,
     Close,
-    Eob,
     Failure,
     FrameDecoder,
     Hello,
     LoadMetrics,
     Receipt,
-    Seq,
     check_messages,
     encode_control,
 )
 from spark_storm.transport._base import ClientBase, ServerBase, TrackingContext, as_batch
-from spark_storm.transport._session import ClientSession, SessionTable
+from spark_storm.transport._client import check_group_size
+from spark_storm.transport._session import (
+    MAX_CONTROLS_PER_MESSAGE,
+    ClientProtocol,
+    ClientSession,
+    PeerLimits,
+    ServerPeer,
+    SessionTable,
+)
 
 __all__ = ["Context", "reply_topic", "topic_for"]
 
@@ -356,6 +370,9 @@ class KafkaServer(ServerBase):
         self.reply_topic = reply_topic(self.topic)
         self.instance_id = new_session_id()
         self._sessions = SessionTable(context.conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1))
+        self._limits = PeerLimits.from_conf(context.conf)
+        self._max_peers = context.conf.get_int(STORM_SERVER_MAX_CONNECTIONS, minimum=1)
+        self._peers: OrderedDict[bytes, ServerPeer] = OrderedDict()  # by client session id
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._max_records = context.conf.get_int(KAFKA_POLL_MAX_RECORDS, minimum=1)
         self._producer = context.producer()
@@ -470,55 +487,46 @@ class KafkaServer(ServerBase):
             if not verify_record_mac(secret, _CLIENT, self.topology_id, session, value, mac):
                 self._refuse(session, "client failed authentication: wrong shared secret", "auth_failures")
                 return
+        # The same session protocol as tcp and zmq: a peer per client session, authenticated
+        # record by record above (MAC), so it starts past the handshake.
+        peer = self._peer(session)
         try:
-            self._on_frames(session, FrameDecoder(self._context.max_frame).feed(value), receipts)
-        except WireFormatError as exc:
+            peer.on_bytes(value)
+            peer.check_eof()  # a record holds whole frames
+        except (WireFormatError, AuthenticationError) as exc:
+            self._forget(session)
             self._refuse(session, f"bad record at offset {record.offset}: {exc}", "protocol_errors")
+            return
+        if peer.receipt_due:
+            peer.receipt_due = False
+            receipts[session] = peer.delivered_upto
+        if peer.closed_by_peer:
+            self._forget(session)
 
-    def _on_frames(self, session: bytes, items: list[Any], receipts: dict[bytes, int]) -> None:
-        header: BatchHeader | None = None
-        first = -1
+    def _peer(self, session: bytes) -> ServerPeer:
+        peer = self._peers.get(session)
+        if peer is not None:
+            self._peers.move_to_end(session)
+            return peer
+        peer = ServerPeer.authenticated(
+            self,
+            self._sessions,
+            session,
+            f"kafka client {session.hex()[:12]}",
+            self._limits,
+            functools.partial(self._reply, session),
+            message_controls=MAX_CONTROLS_PER_MESSAGE,
+            receipts=False,
+        )
+        self._peers[session] = peer
+        while len(self._peers) > self._max_peers:  # the least recently heard-from client
+            self._peers.popitem(last=False)[1].release()
+        return peer
 
-        def reply(ack: BatchAck) -> None:
-            self._ack(session, ack)
-
-        last_seen = self._sessions.last(session)
-        for item in items:
-            if type(item) is MessageBatch:
-                if first < 0:
-                    msg = "data frames without a SEQ"
-                    raise WireFormatError(msg)
-                last = first + len(item) - 1
-                if last <= last_seen:  # a producer retry or a replay: delivered already
-                    self.count("duplicates", len(item))
-                elif header is not None:
-                    if header.count != len(item):
-                        msg = f"group {header.key} announces {header.count} messages but the record holds {len(item)}"
-                        raise WireFormatError(msg)
-                    self.deliver_group(header, item, reply)
-                else:
-                    self.deliver(item[max(0, last_seen - first + 1) :])
-                last_seen = max(last_seen, last)
-                self._sessions.advance(session, last_seen)
-                receipts[session] = last_seen
-            elif isinstance(item, Seq):
-                first = item.first
-            elif isinstance(item, BatchHeader):
-                header = item
-                if item.count == 0:
-                    self.deliver_group(item, MessageBatch([], []), reply)
-            elif isinstance(item, LoadMetrics):
-                self.update_peer_loads(item.loads)
-            elif isinstance(item, BatchCommit):
-                self.commit(item.query_id, item.batch_id)
-            elif isinstance(item, Close):
-                self._sessions.forget(session)
-            elif not isinstance(item, Eob):
-                msg = f"unexpected {type(item).__name__} from a client"
-                raise WireFormatError(msg)
-
-    def _ack(self, session: bytes, ack: BatchAck) -> None:
-        self._reply(session, encode_control(ack))
+    def _forget(self, session: bytes) -> None:
+        peer = self._peers.pop(session, None)
+        if peer is not None:
+            peer.release()
 
     # --- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
@@ -544,8 +552,12 @@ class KafkaClient(ClientBase):
         self.reply_topic = reply_topic(self.topic)
         self._session = ClientSession.from_conf(conf, self.topic)
         self.session_id = self._session.session_id
+        # Records are authenticated one by one (MAC), so the protocol starts past the handshake.
+        self._proto = ClientProtocol(self, self._session, None, self.topic, context.max_frame, handshake=False)
         self._flush_timeout = conf.get_int(TCP_FLUSH_TIMEOUT_MS, minimum=0) / 1000
         self._record_limit = context.max_frame
+        self._group_max_frames = conf.get_int(STORM_GROUP_MAX_FRAMES, minimum=1)
+        self._group_max_bytes = conf.get_int(STORM_GROUP_MAX_BYTES, minimum=1)
         self._producer = context.producer()
         self._send_lock = threading.Lock()
         self._status_cond = threading.Condition()
@@ -628,8 +640,14 @@ class KafkaClient(ClientBase):
             return
         if instance and not (len(items) == 1 and isinstance(items[0], Close)):
             self._saw_server(instance)
-        for item in items:
-            self._on_frame(item, instance)
+        # What a server instance says about itself (announcement, goodbye, refusal) is kafka's
+        # own; what it says about the session goes through the shared protocol object.
+        session_frames = [item for item in items if not self._lifecycle(item, instance)]
+        if session_frames:
+            try:
+                self._proto.on_frames(session_frames, [])
+            except (WireFormatError, ConnectionBrokenError) as exc:
+                logger.warning("%s: bad reply record at offset %d: %s", self.describe(), record.offset, exc)
 
     def _unverified(self, key: bytes, value: bytes) -> None:
         # A server record without a valid MAC is ignored, except that a FAILURE addressed to
@@ -658,28 +676,24 @@ class KafkaClient(ClientBase):
                 logger.info("%s: ready (server instance %s)", self.describe(), instance.hex()[:12])
             self._status_cond.notify_all()
 
-    def _on_frame(self, item: Any, instance: bytes) -> None:
-        if isinstance(item, Receipt):
-            self._session.on_receipt(item.seq)
-        elif isinstance(item, BatchAck):
-            self.update_ack(item)
-        elif isinstance(item, LoadMetrics):
-            self.update_loads(item.loads)
-        elif isinstance(item, BackpressureStatus):
-            self.update_backpressure(item)
-        elif isinstance(item, Hello):
-            pass  # an announcement: _saw_server already noted it
-        elif isinstance(item, Close):
+    def _lifecycle(self, item: object, instance: bytes) -> bool:
+        """Handle a server instance's announcement, goodbye or refusal; False for anything else."""
+        if isinstance(item, Hello):
+            return True  # an announcement: _saw_server already noted it
+        if isinstance(item, Close):
             with self._status_cond:
                 if instance == self._server:
                     self._server = None
                 self._status_cond.notify_all()
-        elif isinstance(item, Failure):
+            return True
+        if isinstance(item, Failure):
             with self._status_cond:
                 self._refused = True
                 self.last_error = f"server {self.topic} refused the handshake: {item.reason}"
                 self._status_cond.notify_all()
             logger.error("%s", self.last_error)
+            return True
+        return False
 
     # --- caller threads ------------------------------------------------------------------
     def _check_open(self, call: str) -> None:
@@ -735,6 +749,7 @@ class KafkaClient(ClientBase):
         if len(messages) != header.count:
             msg = f"group {header.key} announces {header.count} messages but {len(messages)} were given"
             raise ValueError(msg)
+        check_group_size(header, messages, self._group_max_frames, self._group_max_bytes)
         size = sum(len(m.payload) + 6 for m in messages)
         if size > self._record_limit:
             msg = (

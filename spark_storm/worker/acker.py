@@ -1,12 +1,28 @@
 """Storm's XOR acker: tuple trees rooted at the tracked source tuples of delivery groups.
 
-Every tracked source tuple is a *root* with a random 64-bit id, kept by the worker that
-received it.  Each tuple of the tree carries, per root, its own random *edge* id.  When
-a bolt emits anchored on a tuple, the child's new edge is XORed into the anchor's
-``pending`` value; when the anchor is acked, ``edge ^ pending`` is XORed into the root.
-Every edge therefore enters the root's value twice (created, then acked) and the value
-is zero exactly when the whole tree has been acked — in any arrival order, because the
-creation of a child travels inside its parent's ack.  A fail anywhere fails the root.
+Every tracked source tuple (or source batch) is a *root* with a random 64-bit id, kept by
+the worker that received it.  Each tuple of the tree carries, per root, its own random
+*edge* id.  When a bolt emits anchored on a tuple, the child's new edge is XORed into
+the anchor's ``pending`` value; when the anchor is acked, ``edge ^ pending`` is XORed
+into the root.  Every edge therefore enters the root's value twice (created, then acked)
+and the value is zero exactly when the whole tree has been acked — in any arrival order,
+because the creation of a child travels inside its parent's ack.  A fail anywhere fails
+the root.
+
+A tree can also stop moving: a worker it passed through died with tuples of it in
+memory.  Two things fail such trees, so the sender replays their groups:
+
+* Storm's message timeout — a root pending longer than ``topology.message.timeout.secs``
+  fails (:meth:`Acker.expire`, run by the worker's timer);
+* a lost peer — every ack of a tuple whose anchored children went to other workers says
+  which (a bitmask of slot indexes), so each root knows the workers its tree passed
+  through.  When a connection to one of them drops, the trees that had passed through it
+  fail at once (:meth:`Acker.peer_lost`).  Trees whose tuples reach that worker only
+  after it dropped (held for it, delivered once it is back) are left alone.  A failed
+  tree whose tuple was in fact still on its way (resent to the restarted worker) is
+  delivered again (at-least-once through the bolts, as with Storm's timeout), in
+  exchange for a replay in milliseconds rather than after the timeout; the rare tree
+  whose ack naming the peer arrives after the drop is left to the timeout.
 
 Roots on other workers are updated with small messages to the reserved task id
 :data:`ACKER_TASK` on that worker.
@@ -17,6 +33,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from typing import Final
 
 from spark_storm.worker.tuples import GroupTracker
@@ -37,14 +54,18 @@ def new_edge() -> int:
 
 
 class Acker:
-    """The roots of one worker: value per root, and the group tracker to tell."""
+    """The roots of one worker: value per root, its group tracker, and when it was born."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._vals: dict[int, int] = {}
         self._trackers: dict[int, GroupTracker] = {}
+        self._born: dict[int, float] = {}  # insertion order is birth order: the oldest first
+        self._touched: dict[int, int] = {}  # root -> bitmask of the slot indexes its tree passed through
         self.completed = 0
         self.failed = 0
+        self.timed_out = 0
+        self.failed_on_peer_loss = 0
 
     def __len__(self) -> int:
         return len(self._vals)
@@ -58,18 +79,26 @@ class Acker:
                 root = new_edge()
             self._vals[root] = edge
             self._trackers[root] = tracker
+            self._born[root] = time.monotonic()
         return root, edge
 
-    def update(self, root: int, value: int) -> None:
-        """XOR ``value`` into ``root``; a zero value completes the tree."""
+    def update(self, root: int, value: int, touched: int = 0) -> None:
+        """XOR ``value`` into ``root``; a zero value completes the tree.
+
+        ``touched``: the workers (bits of slot indexes) the acked tuple's children went to.
+        """
         with self._lock:
             if root not in self._vals:
                 return  # already failed or completed (e.g. an ack after a fail)
+            if touched:
+                self._touched[root] = self._touched.get(root, 0) | touched
             current = self._vals[root] ^ value
             if current:
                 self._vals[root] = current
                 return
             del self._vals[root]
+            del self._born[root]
+            self._touched.pop(root, None)
             tracker = self._trackers.pop(root)
             self.completed += 1
         tracker.ack()
@@ -77,9 +106,44 @@ class Acker:
     def fail(self, root: int) -> None:
         """Fail ``root``: its group is reported FAILED (and replayed by the sender)."""
         with self._lock:
-            self._vals.pop(root, None)
-            tracker = self._trackers.pop(root, None)
-            if tracker is not None:
-                self.failed += 1
+            tracker = self._pop(root)
         if tracker is not None:
             tracker.fail()
+
+    def _pop(self, root: int) -> GroupTracker | None:
+        # Caller holds the lock.
+        self._vals.pop(root, None)
+        self._born.pop(root, None)
+        self._touched.pop(root, None)
+        tracker = self._trackers.pop(root, None)
+        if tracker is not None:
+            self.failed += 1
+        return tracker
+
+    def expire(self, timeout_s: float) -> int:
+        """Fail the roots pending longer than ``timeout_s`` (Storm's message timeout); return how many."""
+        limit = time.monotonic() - timeout_s
+        failed = []
+        with self._lock:
+            while self._born:
+                root = next(iter(self._born))
+                if self._born[root] > limit:
+                    break
+                tracker = self._pop(root)
+                if tracker is not None:
+                    failed.append(tracker)
+            self.timed_out += len(failed)
+        for tracker in failed:
+            tracker.fail()
+        return len(failed)
+
+    def peer_lost(self, slot_index: int) -> int:
+        """Fail the trees that passed through worker ``slot_index``, whose connection dropped; return how many."""
+        bit = 1 << slot_index
+        with self._lock:
+            roots = [r for r, mask in self._touched.items() if mask & bit]
+            trackers = [t for t in (self._pop(r) for r in roots) if t is not None]
+            self.failed_on_peer_loss += len(trackers)
+        for tracker in trackers:
+            tracker.fail()
+        return len(trackers)

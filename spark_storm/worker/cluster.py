@@ -4,12 +4,20 @@ Each worker is a real ``spark-storm worker`` process.  The cluster picks free po
 starts the workers with the full slot list (so every process computes the same plan),
 waits for each worker's heartbeat to say "running", and stops them with SIGTERM (the
 ordered shutdown), killing only what does not exit in time.
+
+Workers run in process groups of their own, so a Ctrl-C in the terminal reaches only the
+cluster's process, which then stops each worker once, in order (a worker that got the
+terminal's SIGINT *and* the cluster's SIGTERM would take the second signal as "exit now").
+They are started through ``spark_storm.cluster.launch`` with the parent-death signal, so
+they still go down (ordered) if the cluster's process is killed outright; the thread that
+calls :meth:`LocalCluster.start` must therefore live as long as the workers should.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -72,6 +80,12 @@ class LocalCluster:
         cmd = [
             sys.executable,
             "-m",
+            "spark_storm.cluster.launch",
+            "--parent",
+            str(os.getpid()),
+            "--",
+            sys.executable,
+            "-m",
             "spark_storm.cli",
             "--log-level",
             "INFO",
@@ -103,7 +117,9 @@ class LocalCluster:
         log = self.heartbeat_dir / f"worker-{slot.port}.log"
         self.logs[slot] = log
         with log.open("a") as out:
-            self.procs[slot] = subprocess.Popen(self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True)
+            self.procs[slot] = subprocess.Popen(
+                self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            )
 
     def heartbeat(self, slot: Slot) -> dict[str, Any] | None:
         path = self.heartbeat_dir / f"{self.topology.name}-{slot.port}.json"

@@ -72,8 +72,8 @@ class ClusterWorker:
         This worker's slot exactly as assignments name it (the supervisor's ``--host`` and a port).
     conf : Mapping
         The process configuration (the topology's own ``conf`` is merged by the worker).
-    tune_gc : bool
-        Call :meth:`Worker.tune_gc` once the worker is built (for a worker *process*).
+    tune_process : bool
+        Call :meth:`Worker.tune_process` once the worker is built (for a worker *process*).
 
     The lifecycle is the worker's: :meth:`start`, :attr:`stopping`, :meth:`request_stop`,
     :meth:`stop`; :attr:`worker` is the running :class:`Worker` once :meth:`start` returned.
@@ -86,7 +86,7 @@ class ClusterWorker:
         slot: Slot,
         conf: Config,
         *,
-        tune_gc: bool = False,
+        tune_process: bool = False,
     ) -> None:
         self.conf = conf
         self.topology_id = check_topology_name(topology_id)
@@ -97,7 +97,7 @@ class ClusterWorker:
         self.topology: Topology | None = None
         self.assignment: Assignment | None = None
         self.counters = {"refreshes": 0, "activations": 0, "deactivations": 0}
-        self._tune_gc = tune_gc
+        self._tune_process = tune_process
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop_early = threading.Event()
@@ -162,8 +162,8 @@ class ClusterWorker:
         plan = assignment.plan(self.topology)
         worker = Worker(plan, self.slot, self.conf)
         worker.timer.every("zookeeper-heartbeat", worker.settings.heartbeat_every_s, self._beat)
-        if self._tune_gc:
-            worker.tune_gc()
+        if self._tune_process:
+            worker.tune_process()
         self.assignment = assignment
         self.worker = worker
         if self._stop_early.is_set():  # a signal came while the worker was being built

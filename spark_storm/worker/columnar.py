@@ -18,12 +18,12 @@ from typing import Any
 import pyarrow as pa
 
 from spark_storm.errors import WireFormatError
-from spark_storm.worker.tuples import NO_ANCHORS, Anchor, TupleSource
+from spark_storm.worker.tuples import NO_ANCHORS, Anchor, FromSource, TupleSource
 
-__all__ = ["ColumnarBatch", "as_record_batch", "batch_from_rows", "rows_of"]
+__all__ = ["ColumnarBatch", "as_record_batch", "batch_from_rows", "rows_of", "select_fields"]
 
 
-class ColumnarBatch:
+class ColumnarBatch(FromSource):
     """Rows of one origin as Arrow columns.
 
     Attributes
@@ -49,26 +49,6 @@ class ColumnarBatch:
 
     def __len__(self) -> int:
         return int(self.data.num_rows)
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return self.source.fields
-
-    @property
-    def source_component(self) -> str:
-        return self.source.component
-
-    @property
-    def source_task(self) -> int:
-        return self.source.task
-
-    @property
-    def stream(self) -> str:
-        return self.source.stream
-
-    @property
-    def is_tick(self) -> bool:
-        return self.source.is_tick
 
     def column(self, field: str) -> pa.Array:
         """Return the column of ``field`` (KeyError naming the fields when absent)."""
@@ -110,6 +90,24 @@ def batch_from_rows(rows: Sequence[Sequence[Any]], fields: Sequence[str]) -> pa.
     return pa.RecordBatch.from_arrays(arrays, names=list(fields))
 
 
+def select_fields(data: pa.RecordBatch, fields: Sequence[str], what: str, fix: str) -> pa.RecordBatch:
+    """Pick the declared ``fields`` of a batch, by name and in declared order (no copy).
+
+    Raises
+    ------
+    WireFormatError
+        A declared field is missing: "{what} lacks fields [...] (it has [...]); {fix}".
+    """
+    names = data.schema.names
+    if list(names) == list(fields):
+        return data
+    missing = [f for f in fields if f not in names]
+    if missing:
+        msg = f"{what} lacks fields {missing} (it has {names}); {fix}"
+        raise WireFormatError(msg)
+    return pa.RecordBatch.from_arrays([data.column(f) for f in fields], names=list(fields))
+
+
 def as_record_batch(data: Any, fields: Sequence[str], where: str) -> pa.RecordBatch:
     """Normalise what a batch bolt emits to a record batch of exactly ``fields``.
 
@@ -124,14 +122,7 @@ def as_record_batch(data: Any, fields: Sequence[str], where: str) -> pa.RecordBa
     if isinstance(data, pa.Table):
         data = data.combine_chunks().to_batches()[0] if data.num_rows else pa.RecordBatch.from_pylist([], data.schema)
     if isinstance(data, pa.RecordBatch):
-        names = data.schema.names
-        if list(names) == list(fields):
-            return data
-        missing = [f for f in fields if f not in names]
-        if missing:
-            msg = f"{where}: the batch lacks declared fields {missing} (it has {names})"
-            raise WireFormatError(msg)
-        return pa.RecordBatch.from_arrays([data.column(f) for f in fields], names=list(fields))
+        return select_fields(data, fields, f"{where}: the batch", "emit the declared fields")
     if isinstance(data, Mapping):
         missing = [f for f in fields if f not in data]
         if missing:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import TaskMessage
@@ -32,7 +32,8 @@ from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component, resolve_class
 from spark_storm.worker.acker import new_edge
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.payloads import pack_tuples
+from spark_storm.worker.columnar import ColumnarBatch, as_record_batch, batch_from_rows, rows_of
+from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples
 from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.serializer import Serializer
 from spark_storm.worker.settings import WorkerSettings
@@ -49,11 +50,10 @@ from spark_storm.worker.tuples import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from spark_storm.worker.columnar import ColumnarBatch
-
 __all__ = [
     "ACK_OP",
     "FAIL_OP",
+    "TOUCHED",
     "BatchCollector",
     "BatchExecutor",
     "Emitter",
@@ -62,6 +62,7 @@ __all__ = [
     "QueueItem",
     "TaskCollector",
     "TupleExecutor",
+    "WorkerView",
     "make_executor",
 ]
 
@@ -75,8 +76,8 @@ QueueItem = tuple[int, Any]
 _Key = tuple[int, str, int]  # (emitting task, stream, destination task)
 
 
-class ExecutorHost(Protocol):
-    """What executors need from their worker (the worker's state implements it)."""
+class WorkerView(Protocol):
+    """What every part of a worker reads of its state: the plan, where it is, its codec, its queues."""
 
     @property
     def plan(self) -> Plan: ...
@@ -88,25 +89,32 @@ class ExecutorHost(Protocol):
     def slot_index(self) -> int: ...
 
     @property
-    def local_tasks(self) -> frozenset[int]: ...
-
-    @property
     def serializer(self) -> Serializer: ...
-
-    @property
-    def max_payload_bytes(self) -> int: ...
 
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
         """Return the receive queue of a local task (None: the task lives elsewhere)."""
 
     def source_of(self, task: int, stream: str) -> TupleSource:
-        """Return the shared origin record of ``task``'s ``stream``."""
-
-    def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
-        """Hand messages for remote tasks to the transfer path (blocks while it is full)."""
+        """Return the shared origin record of a task's stream (-1: a client); WireFormatError if unknown."""
 
     def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
         """Apply tuple-tree updates at the acker of ``slot_index``."""
+
+
+class ExecutorHost(WorkerView, Protocol):
+    """What executors need from their worker (the worker's state implements it)."""
+
+    @property
+    def local_tasks(self) -> frozenset[int]: ...
+
+    @property
+    def max_payload_bytes(self) -> int: ...
+
+    def remote_slot_of(self, task: int) -> int:
+        """Return the slot index of the worker running ``task``, or -1 when it is this one."""
+
+    def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
+        """Hand messages for remote tasks to the transfer path (blocks while it is full)."""
 
     def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
         """Latest load (0..1) of ``tasks``."""
@@ -215,8 +223,6 @@ class Emitter:
         remote: list[TaskMessage],
         weights: list[int],
     ) -> None:
-        from spark_storm.worker.columnar import ColumnarBatch
-        from spark_storm.worker.payloads import arrow_payload, columnar_metadata
 
         host = self._host
         batches, self.batches = self.batches, []
@@ -264,20 +270,38 @@ def _split_edges(anchors: list[Anchor], pieces: int, emitter: Emitter) -> list[l
     return out
 
 
-def _child_anchors(parents: Sequence[Any], copies: int) -> list[list[Anchor]] | None:
-    """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker)."""
+#: Key of a parent's ``pending`` dict holding the bitmask of the workers (slot indexes) its
+#: anchored children went to; it travels with the parent's ack to the roots' ackers, so a
+#: worker that loses a peer fails exactly the trees that passed through it.
+TOUCHED: Final = (-1, -1)
+
+
+def _child_anchors(parents: Sequence[Any], slots: Sequence[int]) -> list[list[Anchor]] | None:
+    """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker).
+
+    ``slots`` holds, per copy, the slot index of the worker it goes to (-1: this one).
+    """
     if not any(p.anchors for p in parents):
         return None
+    touched = 0
+    for slot in slots:
+        if slot >= 0:
+            touched |= 1 << slot
     trees = []
-    for _ in range(copies):
+    for _ in slots:
         edge = new_edge()
         child: dict[tuple[int, int], int] = {}
         for parent in parents:
+            if not parent.anchors:
+                continue
+            if parent.pending is None:
+                parent.pending = {}
+            pending = parent.pending
+            if touched:
+                pending[TOUCHED] = pending.get(TOUCHED, 0) | touched
             for slot_index, root, _e in parent.anchors:
                 key = (slot_index, root)
-                if parent.pending is None:
-                    parent.pending = {}
-                parent.pending[key] = parent.pending.get(key, 0) ^ edge
+                pending[key] = pending.get(key, 0) ^ edge
                 child[key] = child.get(key, 0) ^ edge
         trees.append([(s, r, e) for (s, r), e in child.items()])
     return trees
@@ -308,8 +332,12 @@ class _AckingCollector:
     def _ack_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS  # acking twice must not count twice
         pending = item.pending or {}
+        touched = pending.get(TOUCHED, 0)
         for slot_index, root, edge in anchors:
-            self._acker_op(slot_index, [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)])
+            op = [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)]
+            if touched:
+                op.append(touched)
+            self._acker_op(slot_index, op)
 
     def _fail_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS
@@ -398,7 +426,8 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
             trees = None  # untracked: the common case, no tree bookkeeping at all
         else:
-            trees = _child_anchors(_parents(anchors), len(targets))
+            remote = self._host.remote_slot_of
+            trees = _child_anchors(_parents(anchors), [remote(dest) for dest in targets])
         task = self._task
         if trees is None:
             rows = emitter.rows
@@ -472,7 +501,6 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         anchors: Sequence[ColumnarBatch] | ColumnarBatch | None = None,
         tasks: Any = None,
     ) -> None:
-        from spark_storm.worker.columnar import as_record_batch
 
         routes = self._routes.get(stream)
         if routes is None:
@@ -501,7 +529,8 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         own_thread = threading.get_ident() == emitter.owner
         if not own_thread:
             emitter = Emitter(self._host, self._component.id, emitter.stats)
-        trees = _child_anchors(_parents(anchors), len(pieces)) if anchors is not None else None
+        remote = self._host.remote_slot_of
+        trees = _child_anchors(_parents(anchors), [remote(d) for d, _ in pieces]) if anchors is not None else None
         for i, (dest, piece) in enumerate(pieces):
             emitter.batches.append((self._task, stream, dest, piece, trees[i] if trees else NO_ANCHORS))
         if not own_thread:
@@ -661,13 +690,20 @@ class Executor:
         elif self.policy == "stop":
             self.host.request_stop(f"bolt {self.component.id} task {task} raised {exc!r} (policy stop)")
 
+    def update_rates(self) -> None:
+        """Measure every task's rate and capacity over the last period (the worker's timer)."""
+        for stats in self.stats.values():
+            stats.update_rates()
+
     def metrics(self) -> dict[str, Any]:
         tasks = {t: s.snapshot() for t, s in self.stats.items()}
         return {
             "component": self.spec.component,
+            "source": self.component.source,
             "kind": self.kind,
             "queue": self.queue.metrics(),
-            "capacity": round(max((t["capacity"] for t in tasks.values()), default=0.0), 4),
+            # the tasks share the executor's thread: its busy fraction is their sum
+            "capacity": round(min(1.0, sum(t["capacity"] for t in tasks.values())), 4),
             "tasks": tasks,
         }
 
@@ -724,8 +760,6 @@ class TupleExecutor(Executor):
 
     def _rows_of(self, batch: ColumnarBatch) -> list[Tuple]:
         """Turn a columnar batch from a batch bolt into one tuple per row (each its own edge)."""
-        from spark_storm.worker.columnar import rows_of
-
         tuples = [Tuple(values, batch.source) for values in rows_of(batch.data)]
         if batch.anchors and tuples:
             # The batch's edge becomes one edge per row: E ^ e1 ^ ... ^ en, in one update.
@@ -782,8 +816,6 @@ class BatchExecutor(Executor):
 
     def _assemble(self, task: int, tuples: list[Tuple]) -> ColumnarBatch | None:
         """Tuples of one origin from tuple bolts upstream, as one record batch (one edge)."""
-        from spark_storm.worker.columnar import ColumnarBatch, batch_from_rows
-
         source = tuples[0].source
         try:
             data = batch_from_rows([t.values for t in tuples], source.fields)
@@ -829,8 +861,6 @@ class BatchExecutor(Executor):
 
     def _tick(self) -> None:
         import pyarrow as pa
-
-        from spark_storm.worker.columnar import ColumnarBatch
 
         tick = ColumnarBatch(pa.record_batch({"ts": [time.time()]}), TICK_SOURCE)
         for task in self.bolts:

@@ -17,7 +17,6 @@ The messaging layer treats payloads as opaque; this module is the worker's codec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 import msgpack
@@ -35,7 +34,6 @@ __all__ = [
     "columnar_metadata",
     "pack_tuples",
     "read_arrow",
-    "select_fields",
     "unpack_bolt",
 ]
 
@@ -147,21 +145,3 @@ def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anc
         msg = f"bad storm metadata in an Arrow payload: {exc}"
         raise WireFormatError(msg) from exc
     return data.replace_schema_metadata(None), origin
-
-
-def select_fields(data: pa.RecordBatch, fields: Sequence[str]) -> pa.RecordBatch:
-    """Pick the declared ``fields`` of a batch, by name and in declared order.
-
-    Raises
-    ------
-    WireFormatError
-        A declared field is missing.
-    """
-    names = data.schema.names
-    if list(names) == list(fields):
-        return data
-    missing = [f for f in fields if f not in names]
-    if missing:
-        msg = f"Arrow payload lacks fields {missing} (it has {names}); send the source's fields"
-        raise WireFormatError(msg)
-    return pa.RecordBatch.from_arrays([data.column(f) for f in fields], names=list(fields))

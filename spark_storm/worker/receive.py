@@ -30,13 +30,13 @@ from typing import Any, Protocol
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
 from spark_storm.messaging import IConnection, IConnectionCallback, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
-from spark_storm.topology.assignment import Plan, Slot
+from spark_storm.topology.assignment import Plan
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.worker.acker import ACKER_TASK, Acker
-from spark_storm.worker.executor import QueueItem
-from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, read_arrow, select_fields, unpack_bolt
+from spark_storm.worker.columnar import ColumnarBatch, batch_from_rows, rows_of, select_fields
+from spark_storm.worker.executor import QueueItem, WorkerView
+from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, read_arrow, unpack_bolt
 from spark_storm.worker.queue import BatchQueue
-from spark_storm.worker.serializer import Serializer
 from spark_storm.worker.stats import LatencyHistogram
 from spark_storm.worker.tuples import BROADCAST_TASK, GroupTracker, Tuple, TupleSource
 
@@ -50,32 +50,19 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_PAYLOAD = "Arrow payload"
+_SEND_FIELDS = "send the source's fields"
 
 
 class GroupRejected(StormError):
     """A delivery group held a payload the worker cannot decode; nothing of it was queued."""
 
 
-class ReceiveHost(Protocol):
+class ReceiveHost(WorkerView, Protocol):
     """What the receive path needs from the worker's state."""
 
     @property
-    def plan(self) -> Plan: ...
-
-    @property
-    def slot(self) -> Slot: ...
-
-    @property
-    def slot_index(self) -> int: ...
-
-    @property
-    def serializer(self) -> Serializer: ...
-
-    @property
     def acker(self) -> Acker: ...
-
-    def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
-        """Return the receive queue of a local task."""
 
     def kind_of(self, task: int) -> str | None:
         """``tuple`` or ``batch`` for a local task's executor, None when not local."""
@@ -83,14 +70,8 @@ class ReceiveHost(Protocol):
     def all_queues(self) -> list[BatchQueue[QueueItem]]:
         """Every local executor queue (for broadcast)."""
 
-    def source_of(self, task: int, stream: str) -> TupleSource:
-        """Return the shared origin record of a task's stream (-1: a client); WireFormatError if unknown."""
-
     def client_source(self, task: int) -> TupleSource:
         """Return the origin record of tuples a client sends to source task ``task``."""
-
-    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
-        """Apply tuple-tree updates."""
 
     def forward(self, messages: list[TaskMessage]) -> None:
         """Send messages for tasks that now live on another worker there."""
@@ -343,7 +324,7 @@ class Receiver:
             try:
                 if payload[:4] == ARROW_STREAM_MAGIC:
                     data, _origin = read_arrow(payload)
-                    data = select_fields(data, source.fields)
+                    data = select_fields(data, source.fields, _PAYLOAD, _SEND_FIELDS)
                     if pending:
                         self._source_rows(task, pending, source, kind, tracker, out)
                         pending = []
@@ -373,8 +354,6 @@ class Receiver:
         out: list[tuple[QueueItem, int]],
     ) -> None:
         if kind == "batch":
-            from spark_storm.worker.columnar import batch_from_rows
-
             self._source_arrow(task, batch_from_rows(rows, source.fields), source, kind, tracker, out)
             return
         tuples = [Tuple(v, source) for v in rows]
@@ -395,7 +374,6 @@ class Receiver:
         tracker: GroupTracker | None,
         out: list[tuple[QueueItem, int]],
     ) -> None:
-        from spark_storm.worker.columnar import ColumnarBatch, rows_of
 
         if kind == "tuple":
             self._source_rows(task, rows_of(data), source, kind, tracker, out)
@@ -409,8 +387,6 @@ class Receiver:
 
     def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
         """Payloads from bolts (or clients using the bolt form) for task ``task``."""
-        from spark_storm.worker.columnar import ColumnarBatch
-
         host = self._host
         out: list[tuple[QueueItem, int]] = []
         for payload in payloads:
@@ -422,7 +398,7 @@ class Receiver:
                         raise WireFormatError(msg)
                     src, stream, anchors = origin
                     source = host.source_of(src, stream)
-                    batch = ColumnarBatch(select_fields(data, source.fields), source)
+                    batch = ColumnarBatch(select_fields(data, source.fields, _PAYLOAD, _SEND_FIELDS), source)
                     if anchors:
                         batch.anchors = anchors
                     out.append(((task, batch), data.num_rows))
@@ -447,7 +423,10 @@ class Receiver:
     def _acker_updates(self, payload: bytes) -> None:
         try:
             ops = self._host.serializer.loads(payload)
-            checked = [[int(k), int(r), int(v)] for k, r, v in ops]
+            checked = [[int(x) for x in op] for op in ops]
+            if not all(len(op) in (3, 4) for op in checked):
+                msg = "an acker update is [op, root, value] or [op, root, value, workers touched]"
+                raise ValueError(msg)
         except (WireFormatError, ValueError, TypeError) as exc:
             with self._lock:
                 self.counters["bad_payload"] += 1

@@ -43,6 +43,8 @@ class WorkerSettings:
     quiet_s: float
     ready_timeout_s: float
     gc_threshold: int
+    switch_interval_s: float | None
+    message_timeout_s: float
 
     @classmethod
     def from_conf(cls, conf: Config) -> WorkerSettings:
@@ -91,4 +93,10 @@ class WorkerSettings:
             quiet_s=conf.get_int("topology.worker.shutdown.quiet.ms", minimum=0) / 1000,
             ready_timeout_s=conf.get_int("topology.worker.connections.ready.timeout.ms", minimum=0) / 1000,
             gc_threshold=conf.get_int("topology.worker.gc.threshold", minimum=0),
+            switch_interval_s=(
+                None
+                if conf["topology.worker.switch.interval.ms"] is None
+                else conf.get_float("topology.worker.switch.interval.ms", minimum=0.01, maximum=1000) / 1000
+            ),
+            message_timeout_s=conf.get_int("topology.message.timeout.secs", minimum=1),
         )

@@ -123,6 +123,12 @@ class WorkerState:
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
         return self._task_queue.get(task)
 
+    def remote_slot_of(self, task: int) -> int:
+        slot = self._plan.task_slot.get(task)
+        if slot is None or slot == self._slot:
+            return -1
+        return self._plan.slots.index(slot)
+
     def kind_of(self, task: int) -> str | None:
         return self._task_kind.get(task)
 
@@ -167,11 +173,11 @@ class WorkerState:
     def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
         if slot_index == self._slot_index:
             acker = self._acker
-            for kind, root, value in ops:
-                if kind == ACK_OP:
-                    acker.update(root, value)
+            for op in ops:
+                if op[0] == ACK_OP:
+                    acker.update(op[1], op[2], op[3] if len(op) > 3 else 0)
                 else:
-                    acker.fail(root)
+                    acker.fail(op[1])
             return
         slot = self._plan.slots[slot_index] if slot_index < len(self._plan.slots) else None
         conn = self._connections.get(slot) if slot is not None else None

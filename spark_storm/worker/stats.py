@@ -104,14 +104,20 @@ class TaskStats:
             self._previous, self._current = self._current, LatencyHistogram()
             self._rotated = time.monotonic()
 
-    def snapshot(self) -> dict[str, Any]:
-        """Counters, rate (executed per second since the last snapshot), latency p50/p99, capacity."""
+    def update_rates(self) -> None:
+        """Measure rate and capacity since the last call (the worker's timer calls it every second).
+
+        So every reader — /health, /metrics, the UI — sees the same figures, whoever read last.
+        """
         now = time.monotonic()
         then, executed_then, busy_then = self._rate_mark
-        if now - then >= 0.5:  # rate and capacity over at least half a second between snapshots
+        if now > then:
             self.rate = (self.executed - executed_then) / (now - then)
             self.capacity = min(1.0, (self.busy_s - busy_then) / (now - then))
             self._rate_mark = (now, self.executed, self.busy_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters, rate and capacity (over the last timer second), latency mean, p50 and p99."""
         hist = self._current.merged(self._previous)
         p50, p99 = hist.percentile(50), hist.percentile(99)
         samples = hist.total

@@ -24,6 +24,7 @@ __all__ = [
     "TICK_SOURCE",
     "TICK_STREAM",
     "Anchor",
+    "FromSource",
     "GroupTracker",
     "Tuple",
     "TupleSource",
@@ -75,7 +76,34 @@ class TupleSource:
 TICK_SOURCE: Final = TupleSource(SYSTEM_COMPONENT, -1, TICK_STREAM, ("ts",))
 
 
-class Tuple:
+class FromSource:
+    """What a tuple or a columnar batch says about where it came from (its shared ``source``)."""
+
+    __slots__ = ()
+    source: TupleSource
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        return self.source.fields
+
+    @property
+    def source_component(self) -> str:
+        return self.source.component
+
+    @property
+    def source_task(self) -> int:
+        return self.source.task
+
+    @property
+    def stream(self) -> str:
+        return self.source.stream
+
+    @property
+    def is_tick(self) -> bool:
+        return self.source.is_tick
+
+
+class Tuple(FromSource):
     """An input tuple: values with their field names, where it came from, and its stream.
 
     Attributes
@@ -98,26 +126,6 @@ class Tuple:
         self.anchors = NO_ANCHORS
         #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
         self.pending: dict[tuple[int, int], int] | None = None
-
-    @property
-    def fields(self) -> tuple[str, ...]:
-        return self.source.fields
-
-    @property
-    def source_component(self) -> str:
-        return self.source.component
-
-    @property
-    def source_task(self) -> int:
-        return self.source.task
-
-    @property
-    def stream(self) -> str:
-        return self.source.stream
-
-    @property
-    def is_tick(self) -> bool:
-        return self.source.is_tick
 
     def get(self, field: str) -> Any:
         """Value of ``field`` (KeyError naming the fields when absent)."""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -120,6 +121,10 @@ class Worker:
         self.timer = WorkerTimer(self._stopping)
         self.timer.every("heartbeat", self.settings.heartbeat_every_s, self._beat)
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
+        self.timer.every("message-timeout", min(1.0, self.settings.message_timeout_s / 10), self._expire_trees)
+        self.timer.every("peers", 0.1, self._watch_peers)
+        self.timer.every("rates", 1.0, self._update_rates)
+        self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
 
     # ------------------------------------------------------------------ views
@@ -164,19 +169,24 @@ class Worker:
         return name.endswith(f"-{self.slot.port}") or any(name.endswith(f"-{spec}") for spec in self.executors)
 
     # ------------------------------------------------------------------ lifecycle
-    def tune_gc(self) -> None:
-        """Freeze what start-up allocated and collect young objects less often.
+    def tune_process(self) -> None:
+        """Tune the interpreter for a worker *process* (the CLI calls it; not for embedded workers).
 
-        For a worker *process* (the CLI calls it): the hot path allocates a few objects
-        per tuple that die young, and the default threshold (700) makes the cyclic
-        collector walk them thousands of times a second.  ``topology.worker.gc.threshold``
-        (0 leaves the interpreter's default).
+        * garbage collection: freeze what start-up allocated and collect young objects less
+          often — the hot path allocates a few objects per tuple that die young, and the
+          default threshold (700) makes the cyclic collector walk them thousands of times a
+          second (``topology.worker.gc.threshold``; 0 leaves the default);
+        * the GIL's switch interval (``topology.worker.switch.interval.ms``; null leaves
+          Python's 5 ms): how long a thread that became runnable may wait for another that
+          holds the interpreter — lower it for latency, at some cost in throughput.
         """
         if self.settings.gc_threshold:
             gc.collect()
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(self.settings.gc_threshold, gen1, gen2)
+        if self.settings.switch_interval_s is not None:
+            sys.setswitchinterval(self.settings.switch_interval_s)
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""
@@ -411,6 +421,40 @@ class Worker:
             except ConnectionClosedError:
                 return  # stopping
 
+    def _update_rates(self) -> None:
+        for executor in list(self.executors.values()):
+            executor.update_rates()
+
+    def _expire_trees(self) -> None:
+        expired = self.state.acker.expire(self.settings.message_timeout_s)
+        if expired:
+            logger.warning(
+                "worker %s: %d tuple trees not acked within topology.message.timeout.secs=%g failed (replayed)",
+                self.slot,
+                expired,
+                self.settings.message_timeout_s,
+            )
+
+    def _watch_peers(self) -> None:
+        """Fail the trees that passed through another worker when the connection to it drops.
+
+        Only connections of the current plan count: one closed by a refresh is not a loss.
+        """
+        connections = self.connections
+        ready = {slot for slot, conn in connections.items() if conn.status.value == "ready"}
+        lost = (self._ready_peers & set(connections)) - ready
+        self._ready_peers = ready
+        if lost and not self._stopping.is_set():
+            slots = self.plan.slots
+            failed = sum(self.state.acker.peer_lost(slots.index(s)) for s in lost if s in slots)
+            logger.warning(
+                "worker %s: lost the connection to %s; failed %d pending tuple trees that passed through it "
+                "(their groups are replayed)",
+                self.slot,
+                ", ".join(map(str, sorted(lost))),
+                failed,
+            )
+
     # ------------------------------------------------------------------ metrics
     def metrics(self) -> dict[str, Any]:
         """Everything countable: worker counters, connections, queues, bolts, errors, Spark writers."""
@@ -428,7 +472,13 @@ class Worker:
             "rss_bytes": _rss_bytes(),
             "counters": dict(self.counters),
             "backpressure_tasks": self.backpressure.tasks,
-            "acker": {"pending": len(acker), "completed": acker.completed, "failed": acker.failed},
+            "acker": {
+                "pending": len(acker),
+                "completed": acker.completed,
+                "failed": acker.failed,
+                "timed_out": acker.timed_out,
+                "failed_on_peer_loss": acker.failed_on_peer_loss,
+            },
             "held": self.transfer.held,
             "server": server.metrics() if server is not None else {},
             "connections": {str(s): c.metrics() for s, c in self.connections.items()},
@@ -436,6 +486,15 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
+            "components": {
+                cid: {
+                    "source": c.source,
+                    "bolt": c.bolt,
+                    "parallelism": c.parallelism,
+                    "tasks": list(state.plan.component_tasks[cid]),
+                }
+                for cid, c in state.plan.topology.components.items()
+            },
         }
 
     def _start_metrics_http(self) -> None:

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.columnar import ColumnarBatch
@@ -26,6 +26,10 @@ class RecordingBolt(Bolt):
         self.ticks = 0
         self.delay = float(conf.get("record.delay.s", 0))
         self.forward = bool(context.output_fields)
+        self.journal: TextIO | None = None
+        if conf.get("record.journal"):  # every tuple as it executes, so a SIGKILLed worker's work shows too
+            name = f"journal-{context.component_id}-{context.task_id}-{os.getpid()}.jsonl"
+            self.journal = (Path(str(conf["record.dir"])) / name).open("a", buffering=1)
 
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick:
@@ -42,6 +46,8 @@ class RecordingBolt(Bolt):
         if self.delay:
             time.sleep(self.delay)
         self.keys[key] += 1
+        if self.journal is not None:
+            self.journal.write(json.dumps([key, tup.values[1]]) + "\n")
         if self.forward:
             self.collector.emit([key, tup.values[1]], anchors=tup)
         self.collector.ack(tup)

@@ -34,6 +34,7 @@ from spark_storm.messaging import (
 from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 from tests.helpers import wait_until
+from tests.tls_certs import tls_conf
 
 pytestmark = pytest.mark.integration
 
@@ -41,6 +42,8 @@ TOPO = "topo-1"
 VARIANTS: dict[str, dict[str, Any]] = {
     "local": {"storm.messaging.transport": "local"},
     "tcp": {"storm.messaging.transport": "tcp"},
+    # tcp with TLS, mutual: every connection presents and checks a certificate (tests/tls_certs.py)
+    "tcp-tls": {"storm.messaging.transport": "tcp", "storm.messaging.tcp.tls.enable": True},
     "zmq": {"storm.messaging.transport": "zmq"},
     "zmq-ipc": {"storm.messaging.transport": "zmq", "storm.local.mode.zmq": True},
     "kafka": {"storm.messaging.transport": "kafka", "storm.messaging.kafka.heartbeat.ms": 200},
@@ -82,6 +85,8 @@ def _base(variant: str, request: pytest.FixtureRequest, tmp_path: Path) -> dict[
     base["storm.messaging.zmq.ipc.dir"] = str(tmp_path)
     if variant == "kafka":
         base["storm.messaging.kafka.bootstrap.servers"] = request.getfixturevalue("kafka_broker")
+    if variant == "tcp-tls":
+        base.update(tls_conf(request.getfixturevalue("tls_pki")))
     return base
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
+from spark_storm.transport import make_context
 from spark_storm.worker.tuples import BROADCAST_TASK
 from tests.helpers import wait_until
 from tests.integration.runs import Run, arrow_payload, rows
@@ -201,12 +202,26 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     slot = run.cluster.slots[0]
     hb = run.cluster.heartbeat(slot)
     assert hb is not None
-    wait_until(lambda: run.health(slot)["counters"]["received"] >= 30, what="30 received")
+
+    def stage2_executed() -> int:
+        executors = run.health(slot)["executors"].values()
+        return sum(t["executed"] for e in executors if e["component"] == "stage2" for t in e["tasks"].values())
+
+    wait_until(lambda: stage2_executed() == 30, what="30 executed by stage2")
     with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = r.read().decode()
-    assert "# TYPE spark_storm_bolt_executed_total counter" in text
-    assert 'spark_storm_queue_capacity{topology="three"' in text
-    assert 'component="stage2"' in text
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = list(text_string_to_metric_families(text))
+    names = [f.name for f in families]
+    assert len(names) == len(set(names))  # each family once: no interleaving
+    by_name = {f.name: f for f in families}
+    assert by_name["spark_storm_bolt_executed"].type == "counter"
+    executed = [s for s in by_name["spark_storm_bolt_executed"].samples if s.labels["component"] == "stage2"]
+    assert sum(s.value for s in executed) == 30
+    assert all(s.labels["topology"] == "three" and s.name.endswith("_total") for s in executed)
+    assert {s.labels["queue"] for s in by_name["spark_storm_queue_capacity"].samples} >= {"transfer"}
     run.stop()
 
 
@@ -251,26 +266,22 @@ def test_dead_letter_file_gets_unknown_tasks(tmp: Path) -> None:
     assert bytes.fromhex(record["payload_hex"]) == b"lost?"
 
 
-def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
+def test_ctrl_c_on_local_cluster_drains_every_worker_in_order(tmp: Path) -> None:
+    """Ctrl-C in a terminal signals the whole foreground process group, as done here."""
+    import os
     import subprocess
     import sys
 
+    from spark_storm.topology import load_topology, plan
+
     wordcount = Path(__file__).resolve().parents[2] / "conf" / "topologies" / "wordcount.yaml"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "spark_storm.cli",
-            "local-cluster",
-            "--topology",
-            str(wordcount),
-            "--workers",
-            "2",
-        ],
+        [sys.executable, "-m", "spark_storm.cli", "local-cluster", "--topology", str(wordcount), "--workers", "2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=tmp,
+        start_new_session=True,  # its own process group, like a shell job
     )
     assert proc.stdout is not None
     lines = []
@@ -281,10 +292,26 @@ def test_local_cluster_command_starts_and_stops_cleanly(tmp: Path) -> None:
     text = "".join(lines)
     assert "starting 2 workers of wordcount" in text
     assert text.count("metrics http://127.0.0.1:") == 2
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+    workers = text.split("starting 2 workers of wordcount: ")[1].split()[0]
+    p = plan(load_topology(wordcount), workers)
+    ctx = make_context({"storm.messaging.transport": "tcp"})
+    sources = list(p.component_tasks["sentences"])
+    conns = {s: ctx.connect("wordcount", s.host, s.port) for s in p.slots}
+    for i in range(2000):
+        task = sources[i % len(sources)]
+        conns[p.task_slot[task]].send([TaskMessage(task, msgpack.packb(["the quick brown fox"]))])
+    for conn in conns.values():
+        assert conn.flush(30)  # accepted by the workers, maybe not yet processed
+    ctx.term()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: every process of the foreground group
+    rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, text + rest
-    assert rest.count("exited with 0") == 2
+    assert rest.count("exited with 0") == 2, rest
+    final: Counter[str] = Counter()
+    for path in (tmp / "wordcount-report").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            final.update(json.loads(line).get("final", {}))
+    assert final["the"] == 2000  # everything accepted went through split, count and report
 
 
 def test_groups_with_arrow_payloads_are_acked_processed_once_bolts_acked(tmp: Path) -> None:

@@ -51,6 +51,17 @@ def _conf(tmp_path: Path) -> Any:
     )
 
 
+def _stop_together(*workers: Worker) -> bool:
+    """Stop the workers at once, as a cluster's SIGTERM does: each drains while the others still run."""
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda w=w: results.append(w.stop(30))) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return len(results) == len(workers) and all(results)
+
+
 def test_refresh_makes_new_connections_before_closing_old_ones(tmp_path: Path) -> None:
     topo = _topology(tmp_path)
     a, b, c = (Slot("127.0.0.1", p) for p in sorted(free_ports(3)))
@@ -73,8 +84,7 @@ def test_refresh_makes_new_connections_before_closing_old_ones(tmp_path: Path) -
         with pytest.raises(ConfigError, match="does not include this worker's slot"):
             wa.refresh(plan(topo, [b, c]))
     finally:
-        for w in (wa, wb, wc):
-            assert w.stop(30)
+        assert _stop_together(wa, wb, wc)
 
 
 def test_refresh_moves_executors_while_tuples_flow_and_loses_nothing(tmp_path: Path) -> None:
@@ -120,8 +130,7 @@ def test_refresh_moves_executors_while_tuples_flow_and_loses_nothing(tmp_path: P
     finally:
         stop_sending.set()
         ctx.term()
-        for w in (wa, wb, wc):
-            assert w.stop(30)
+        assert _stop_together(wa, wb, wc)
     records = [json.loads(f.read_text()) for f in tmp_path.glob("out-*.json")]
     assert sum(r["count"] for r in records) == sent
     by_task: dict[int, int] = {}

@@ -38,6 +38,7 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     assert sent > 0
     assert "top words:" in out.stdout
     assert "tuples/s" in out.stdout
+    assert "UI: http://127.0.0.1:" in out.stdout
 
 
 def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ import pytest
 import spark_storm.errors
 import spark_storm.messaging
 import spark_storm.messaging.wire
+import spark_storm.ui
 
 PKG = Path(__file__).resolve().parents[2] / "spark_storm"
-ORDER = ["messaging", "topology", "transport", "cluster", "worker", "spark"]
+ORDER = ["messaging", "topology", "transport", "cluster", "worker", "ui", "spark"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -47,7 +48,9 @@ def test_transport_and_messaging_never_import_pyspark_or_zmq_unasked() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("module", [spark_storm.messaging, spark_storm.errors, spark_storm.messaging.wire])
+@pytest.mark.parametrize(
+    "module", [spark_storm.messaging, spark_storm.errors, spark_storm.messaging.wire, spark_storm.ui]
+)
 def test_public_names_are_sorted_and_exist(module: object) -> None:
     names = module.__all__  # type: ignore[attr-defined]
     # isort style (ruff RUF022): CONSTANTS, then Classes, then functions, each alphabetical

@@ -171,3 +171,7 @@ def test_control_bodies_are_validated() -> None:
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -702, 5) + b"abcde")
     with pytest.raises(WireFormatError, match="load-metrics"):
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, 3) + b"abc")
+    for bad in (float("nan"), float("inf"), -0.5, 1.5):
+        body = struct.pack(">hd", 3, bad)
+        with pytest.raises(WireFormatError, match=r"outside 0\.\.1"):
+            FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, len(body)) + body)

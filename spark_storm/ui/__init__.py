@@ -1,0 +1,49 @@
+"""The Storm UI for spark-storm: live pages and a REST API shaped like Storm's ``/api/v1``.
+
+``spark-storm ui`` serves it; ``spark-storm local-cluster --ui-port P`` and the demo serve it
+in-process.  The pages and the API read the cluster through a :class:`ClusterSource`
+(:class:`LocalClusterSource` for heartbeat files; cluster mode plugs in its own) and each
+worker's ``GET /health``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spark_storm.config import Config
+from spark_storm.ui.local import LocalClusterSource
+from spark_storm.ui.server import UIServer
+from spark_storm.ui.source import ClusterSource, ClusterState, NimbusInfo, SupervisorInfo, TopologyRef, WorkerRef
+
+__all__ = [
+    "ClusterSource",
+    "ClusterState",
+    "LocalClusterSource",
+    "NimbusInfo",
+    "SupervisorInfo",
+    "TopologyRef",
+    "UIServer",
+    "WorkerRef",
+    "local_ui",
+    "serve_local_ui",
+]
+
+
+def local_ui(heartbeat_dir: str | Path, conf: Config, host: str | None = None, port: int | None = None) -> UIServer:
+    """Build (not start) a UI over the workers whose heartbeats are in ``heartbeat_dir``."""
+    source = LocalClusterSource(
+        heartbeat_dir,
+        worker_timeout_s=float(conf.get_int("ui.worker.timeout.secs", minimum=1)),
+        http_timeout_s=conf.get_int("ui.http.timeout.ms", minimum=1) / 1000,
+    )
+    return UIServer(source, conf, host, port)
+
+
+def serve_local_ui(heartbeat_dir: str | Path, conf: Config, *, any_port_if_busy: bool = False) -> UIServer:
+    """Start a UI on ``ui.host:ui.port``; with ``any_port_if_busy``, on a free port when that one is taken."""
+    try:
+        return local_ui(heartbeat_dir, conf).start()
+    except OSError:
+        if not any_port_if_busy:
+            raise
+        return local_ui(heartbeat_dir, conf, port=0).start()

@@ -1,0 +1,569 @@
+"""The REST API's JSON, in the shapes of Storm's UI REST API where the concept matches.
+
+Field names follow Storm's ``/api/v1`` (``topologies[].uptimeSeconds``, ``bolts[].boltId``,
+``executorStats``, ``componentErrors``...); Storm's string-typed decimals (``capacity``,
+``executeLatency``) stay strings with three decimals.  What Storm has no field for is
+added under our own names (``rate``, ``latencyP50Ms``, ``latencyP99Ms``, ``queue``,
+``backpressure``, ``writers``).  A number the workers do not report is ``null`` — never a
+made-up zero — and the pages show it as "—".
+
+Rate and capacity are measured here from two readings of the workers' counters
+``ui.rate.window.secs`` apart: rate = executed delta / seconds, capacity = time spent in
+``execute`` (``busy_s``, else executed x mean latency) delta / seconds — Storm's definition,
+for the executor's thread.  A worker's own ``rate`` / ``capacity`` keys cover only the time
+since whoever read it last, so they are shown only until the UI has two readings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from spark_storm import __version__
+from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, busy_ms
+
+__all__ = [
+    "chart_history",
+    "cluster_summary",
+    "component_detail",
+    "nimbus_summary",
+    "pretty_seconds",
+    "supervisor_summary",
+    "topology_detail",
+    "topology_summary",
+    "topology_workers",
+]
+
+_EXECUTOR = re.compile(r"^(?P<component>.*)\[(?P<first>-?\d+)-(?P<last>-?\d+)\]$")
+_ERRORS_SHOWN = 50
+
+
+def pretty_seconds(seconds: float | None) -> str | None:
+    """Storm's uptime format: ``"3m 53s"``, ``"2h 0m 5s"``, ``"1d 0h 0m 0s"``."""
+    if seconds is None:
+        return None
+    s = int(seconds)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h {minutes}m {s}s"
+    if hours:
+        return f"{hours}h {minutes}m {s}s"
+    if minutes:
+        return f"{minutes}m {s}s"
+    return f"{s}s"
+
+
+def _f3(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3f}"
+
+
+def _tasks_of(executor: str) -> int:
+    m = _EXECUTOR.match(executor)
+    return int(m["last"]) - int(m["first"]) + 1 if m else 0
+
+
+def _grow(before: float, after: float) -> float:
+    """Growth of a counter; a smaller value means the worker restarted and counts from zero."""
+    return after - before if after >= before else after
+
+
+def _window(hist: Sequence[Sample], window_s: float) -> tuple[Sample, Sample] | None:
+    """Return the newest sample and the oldest one at most ``window_s`` before it (at least the previous)."""
+    if len(hist) < 2:
+        return None
+    last = hist[-1]
+    first = hist[-2]
+    for s in reversed(hist[:-1]):
+        if last[0] - s[0] > window_s:
+            break
+        first = s
+    return first, last
+
+
+def _executor_rates(hist: Sequence[Sample], window_s: float) -> dict[tuple[str, str], tuple[float, float]]:
+    """(worker, executor) -> (executed per second, capacity) over the window."""
+    pair = _window(hist, window_s)
+    if pair is None:
+        return {}
+    (t0, before), (t1, after) = pair
+    dt = t1 - t0
+    out = {}
+    for key, now in after.items():
+        then = before.get(key)
+        if then is None or dt <= 0:
+            continue
+        out[key] = (_grow(then.executed, now.executed) / dt, _grow(then.busy_ms, now.busy_ms) / (dt * 1000))
+    return out
+
+
+def _status(reading: TopologyReading) -> str:
+    if reading.ref.status:
+        return reading.ref.status
+    flags = []
+    for w in reading.workers:
+        if w.health is not None:
+            flags.append(bool(w.health.get("active")))
+        elif w.ref.alive:
+            flags.append(w.ref.status == "running")
+    if flags and all(flags):
+        return "ACTIVE"
+    if not any(flags):
+        return "INACTIVE"
+    return "PARTIALLY ACTIVE"
+
+
+def _alive(reading: TopologyReading) -> list[WorkerReading]:
+    return [w for w in reading.workers if w.ref.alive]
+
+
+def _uptime(reading: TopologyReading) -> float | None:
+    ups = [_worker_uptime(w) for w in _alive(reading)]
+    known = [u for u in ups if u is not None]
+    return max(known) if known else None
+
+
+def _worker_uptime(w: WorkerReading) -> float | None:
+    if w.health is not None and isinstance(w.health.get("uptime_s"), int | float):
+        return float(w.health["uptime_s"])
+    return w.ref.uptime_s
+
+
+def _executor_names(reading: TopologyReading) -> list[str]:
+    names: list[str] = []
+    for w in _alive(reading):
+        reported = (w.health or {}).get("executors")
+        names.extend(reported if isinstance(reported, Mapping) else w.ref.executors)
+    return names
+
+
+def _topology_row(reading: TopologyReading) -> dict[str, Any]:
+    names = _executor_names(reading)
+    up = _uptime(reading)
+    return {
+        "id": reading.ref.id,
+        "encodedId": quote(reading.ref.id, safe=""),
+        "name": reading.ref.name,
+        "status": _status(reading),
+        "uptime": pretty_seconds(up),
+        "uptimeSeconds": None if up is None else int(up),
+        "tasksTotal": sum(_tasks_of(n) for n in names),
+        "workersTotal": len(_alive(reading)),
+        "executorsTotal": len(names),
+    }
+
+
+# ---------------------------------------------------------------------- cluster pages
+def cluster_summary(snap: Snapshot) -> dict[str, Any]:
+    """``/api/v1/cluster/summary``."""
+    state = snap.state
+    total = sum(s.slots_total for s in state.supervisors)
+    used = sum(s.slots_used for s in state.supervisors)
+    rows = [_topology_row(r) for r in snap.topologies.values()]
+    leader = next((n for n in state.nimbus if n.status == "Leader"), None)
+    return {
+        "stormVersion": f"spark-storm {__version__}",
+        "clusterKind": state.kind,
+        "source": state.description,
+        "nimbusLeader": f"{leader.host}:{leader.port}" if leader else None,
+        "supervisors": len(state.supervisors),
+        "topologies": len(rows),
+        "slotsTotal": total,
+        "slotsUsed": used,
+        "slotsFree": total - used,
+        "executorsTotal": sum(r["executorsTotal"] for r in rows),
+        "tasksTotal": sum(r["tasksTotal"] for r in rows),
+        "sampledAt": snap.time,
+    }
+
+
+def nimbus_summary(snap: Snapshot) -> dict[str, Any]:
+    """``/api/v1/nimbus/summary`` (empty for a local cluster: it has no nimbus)."""
+    return {
+        "nimbuses": [
+            {
+                "host": n.host,
+                "port": n.port,
+                "status": n.status,
+                "version": n.version,
+                "nimbusUpTime": pretty_seconds(n.uptime_s),
+                "nimbusUpTimeSeconds": None if n.uptime_s is None else int(n.uptime_s),
+            }
+            for n in snap.state.nimbus
+        ]
+    }
+
+
+def supervisor_summary(snap: Snapshot) -> dict[str, Any]:
+    """``/api/v1/supervisor/summary``: supervisors, and every worker (slot) in use."""
+    workers: list[dict[str, Any]] = []
+    for reading in snap.topologies.values():
+        workers.extend(_worker_row(reading, w, snap.time) for w in reading.workers if w.ref.alive)
+    return {
+        "supervisors": [
+            {
+                "id": s.id,
+                "host": s.host,
+                "uptime": pretty_seconds(s.uptime_s),
+                "uptimeSeconds": None if s.uptime_s is None else int(s.uptime_s),
+                "slotsTotal": s.slots_total,
+                "slotsUsed": s.slots_used,
+            }
+            for s in snap.state.supervisors
+        ],
+        "workers": workers,
+    }
+
+
+def topology_summary(snap: Snapshot) -> dict[str, Any]:
+    """``/api/v1/topology/summary``."""
+    return {"topologies": [_topology_row(r) for r in snap.topologies.values()], "sampledAt": snap.time}
+
+
+def topology_workers(reading: TopologyReading) -> dict[str, Any]:
+    """``/api/v1/topology-workers/<id>``."""
+    return {"hostPortList": [{"host": w.ref.host, "port": w.ref.port} for w in _alive(reading)]}
+
+
+# ---------------------------------------------------------------------- one topology
+def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[str, Any]:
+    h = w.health or {}
+    up = _worker_uptime(w)
+    rss = h.get("rss_bytes", w.ref.rss_bytes)
+    names = list(h["executors"]) if "executors" in h else list(w.ref.executors)
+    per_component: dict[str, int] = {}
+    for n in names:
+        m = _EXECUTOR.match(n)
+        if m:
+            per_component[m["component"]] = per_component.get(m["component"], 0) + _tasks_of(n)
+    status = w.ref.status
+    if w.ref.alive and w.health is None:
+        status = "unreachable"
+    elif w.health is not None:
+        status = "active" if w.health.get("active") else "inactive"
+    return {
+        "topologyId": reading.ref.id,
+        "topologyName": reading.ref.name,
+        "supervisorId": w.ref.supervisor,
+        "id": w.ref.id,
+        "host": h.get("host", w.ref.host),
+        "port": h.get("port", w.ref.port),
+        "pid": w.ref.pid,
+        "status": status,
+        "uptime": pretty_seconds(up),
+        "uptimeSeconds": None if up is None else int(up),
+        "rssBytes": rss if isinstance(rss, int) else None,
+        "executorsTotal": len(names),
+        "componentNumTasks": per_component,
+        "lastHeartbeatSecs": None if w.ref.heartbeat_time is None else round(now - w.ref.heartbeat_time, 1),
+        "error": w.error,
+    }
+
+
+def _num(d: Mapping[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _sum_or_none(values: Iterable[float | None]) -> int | None:
+    vals = list(values)
+    if not vals or any(v is None for v in vals):
+        return None
+    return int(sum(v for v in vals if v is not None))
+
+
+def _max_or_none(values: Iterable[float | None]) -> float | None:
+    vals = list(values)
+    if not vals or any(v is None for v in vals):
+        return None
+    return max(v for v in vals if v is not None)
+
+
+def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[float, float]]) -> list[dict[str, Any]]:
+    rows = []
+    for w in reading.workers:
+        if w.health is None:
+            continue
+        for name, ex in (w.health.get("executors") or {}).items():
+            tasks = ex.get("tasks") or {}
+            q = ex.get("queue") or {}
+            # The UI's own measurement over its window first: a worker's instantaneous rate and
+            # capacity cover the time since whoever read it last (the UI, the demo, a scrape).
+            measured = rates.get((w.ref.id, name))
+            task_rates = [_num(t, "rate") for t in tasks.values()]
+            rate: float | None
+            capacity: float | None
+            if measured is not None:
+                rate, capacity = measured
+            else:
+                rate = sum(r for r in task_rates if r is not None) if tasks and None not in task_rates else None
+                capacity = _num(ex, "capacity")
+            rows.append(
+                {
+                    "id": name,
+                    "component": str(ex.get("component", "?")),
+                    "host": w.ref.host,
+                    "port": w.ref.port,
+                    "worker": w.ref.id,
+                    "tasks": len(tasks),
+                    "executed": sum(int(t.get("executed", 0)) for t in tasks.values()),
+                    "emitted": sum(int(t.get("emitted", 0)) for t in tasks.values()),
+                    "acked": sum(int(t.get("acked", 0)) for t in tasks.values()),
+                    "failed": sum(int(t.get("failed", 0)) for t in tasks.values()),
+                    "errors": sum(int(t.get("errors", 0)) for t in tasks.values()),
+                    "rate": None if rate is None else round(rate, 1),
+                    "capacity": _f3(capacity),
+                    "queue": {
+                        "population": q.get("population"),
+                        "capacity": q.get("capacity"),
+                        "overflow": q.get("overflow"),
+                        "arrivalRate": q.get("arrival_rate"),
+                    },
+                    "backpressure": q.get("backpressure"),
+                    "uptimeSeconds": _worker_uptime(w),
+                    "_tasks": tasks,
+                }
+            )
+    return rows
+
+
+def _errors(reading: TopologyReading, now: float) -> list[dict[str, Any]] | None:
+    """Errors the workers report (newest first), or None when no worker reports an ``errors`` list."""
+    reported = False
+    out = []
+    for w in reading.workers:
+        if w.health is None or not isinstance(w.health.get("errors"), list):
+            continue
+        reported = True
+        for e in w.health["errors"]:
+            t = _num(e, "time")
+            out.append(
+                {
+                    "errorTime": t,
+                    "errorLapsedSecs": None if t is None else int(now - t),
+                    "errorHost": w.ref.host,
+                    "errorPort": w.ref.port,
+                    "worker": w.ref.id,
+                    "component": e.get("component"),
+                    "task": e.get("task"),
+                    "error": str(e.get("error", "")),
+                }
+            )
+    if not reported:
+        return None
+    out.sort(key=lambda e: e["errorTime"] or 0, reverse=True)
+    return out[:_ERRORS_SHOWN]
+
+
+def _writers(reading: TopologyReading) -> list[dict[str, Any]] | None:
+    """Spark writers each worker has seen, or None when no worker reports ``writers``."""
+    reported = False
+    out = []
+    for w in reading.workers:
+        if w.health is None or not isinstance(w.health.get("writers"), list):
+            continue
+        reported = True
+        for wr in w.health["writers"]:
+            out.append(
+                {
+                    "worker": w.ref.id,
+                    "queryId": wr.get("query_id"),
+                    "lastBatchId": wr.get("last_batch_id"),
+                    "rows": wr.get("rows"),
+                    "groups": wr.get("groups"),
+                    "replays": wr.get("replays"),
+                    "failed": wr.get("failed"),
+                    "ackLatencyP50Ms": wr.get("ack_latency_p50_ms"),
+                    "ackLatencyP99Ms": wr.get("ack_latency_p99_ms"),
+                }
+            )
+    return out if reported else None
+
+
+def _component_type(reading: TopologyReading, component: str) -> str | None:
+    for w in reading.workers:
+        comps = (w.health or {}).get("components")
+        if isinstance(comps, Mapping) and isinstance(comps.get(component), Mapping):
+            return "source" if comps[component].get("source") else "bolt"
+    return None
+
+
+def _components(
+    reading: TopologyReading, executors: list[dict[str, Any]], errors: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in executors:
+        by.setdefault(row["component"], []).append(row)
+    out = []
+    for cid in sorted(by):
+        rows = by[cid]
+        tasks = [t for r in rows for t in r["_tasks"].values()]
+        executed = sum(r["executed"] for r in rows)
+        busy = sum(busy_ms(t) for t in tasks)
+        rates = [r["rate"] for r in rows]
+        capacities = [None if r["capacity"] is None else float(r["capacity"]) for r in rows]
+        last = next((e for e in errors or () if e["component"] == cid), None)
+        kind = _component_type(reading, cid)
+        out.append(
+            {
+                "componentId": cid,
+                "encodedId": quote(cid, safe=""),
+                "type": kind,
+                "executors": len(rows),
+                "tasks": len(tasks),
+                "executed": executed,
+                "emitted": sum(r["emitted"] for r in rows),
+                "acked": sum(r["acked"] for r in rows),
+                "failed": sum(r["failed"] for r in rows),
+                "transferred": None,
+                "errorCount": sum(r["errors"] for r in rows),
+                "ticks": _sum_or_none(_num(t, "ticks") for t in tasks),
+                "rate": None if None in rates else round(sum(r for r in rates if r is not None), 1),
+                "executeLatency": _f3(busy / executed) if executed else None,
+                "processLatency": None,
+                "latencyP50Ms": _max_or_none(_num(t, "latency_p50_ms") for t in tasks),
+                "latencyP99Ms": _max_or_none(_num(t, "latency_p99_ms") for t in tasks),
+                "capacity": _f3(_max_or_none(capacities)),
+                "queuePopulation": sum(int(r["queue"]["population"] or 0) for r in rows),
+                "queueCapacity": sum(int(r["queue"]["capacity"] or 0) for r in rows),
+                "backpressureExecutors": sum(1 for r in rows if r["backpressure"]),
+                "lastError": last["error"] if last else ("" if errors is not None else None),
+                "errorHost": last["errorHost"] if last else None,
+                "errorPort": last["errorPort"] if last else None,
+                "errorTime": last["errorTime"] if last else None,
+                "errorLapsedSecs": last["errorLapsedSecs"] if last else None,
+            }
+        )
+    return out
+
+
+def _public(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]
+
+
+def topology_detail(
+    snap: Snapshot, reading: TopologyReading, hist: Sequence[Sample], window_s: float
+) -> dict[str, Any]:
+    """``/api/v1/topology/<id>``: status, totals, components, executors, workers, errors, writers."""
+    executors = _executors(reading, _executor_rates(hist, window_s))
+    errors = _errors(reading, snap.time)
+    components = _components(reading, executors, errors)
+    spouts = [dict(c, spoutId=c["componentId"]) for c in components if c["type"] == "source"]
+    bolts = [dict(c, boltId=c["componentId"]) for c in components if c["type"] != "source"]
+    return {
+        **_topology_row(reading),
+        "sampledAt": snap.time,
+        "window": ":all-time",
+        "windowHint": "All time",
+        "rateWindowSecs": window_s,
+        "clusterKind": snap.state.kind,
+        "actions": {
+            "activate": True,
+            "deactivate": True,
+            "rebalance": snap.state.rebalance_supported,
+            "kill": True,
+        },
+        "topologyStats": [
+            {
+                "window": ":all-time",
+                "windowPretty": "All time",
+                "emitted": sum(c["emitted"] for c in components),
+                "transferred": None,
+                "completeLatency": None,
+                "acked": sum(c["acked"] for c in components),
+                "failed": sum(c["failed"] for c in components),
+            }
+        ],
+        "spouts": spouts,
+        "bolts": bolts,
+        "executorStats": _public(executors),
+        "workers": [_worker_row(reading, w, snap.time) for w in reading.workers],
+        "errors": errors,
+        "writers": _writers(reading),
+    }
+
+
+def component_detail(
+    snap: Snapshot, reading: TopologyReading, hist: Sequence[Sample], window_s: float, component: str
+) -> dict[str, Any] | None:
+    """``/api/v1/topology/<id>/component/<component>``, or None for an unknown component."""
+    executors = [r for r in _executors(reading, _executor_rates(hist, window_s)) if r["component"] == component]
+    if not executors:
+        return None
+    errors = _errors(reading, snap.time)
+    (comp,) = _components(reading, executors, errors)
+    tasks = []
+    for r in executors:
+        for task, st in sorted(r["_tasks"].items(), key=lambda kv: int(kv[0])):
+            tasks.append(
+                {
+                    "task": int(task),
+                    "executor": r["id"],
+                    "host": r["host"],
+                    "port": r["port"],
+                    "executed": st.get("executed"),
+                    "emitted": st.get("emitted"),
+                    "acked": st.get("acked"),
+                    "failed": st.get("failed"),
+                    "errors": st.get("errors"),
+                    "rate": _num(st, "rate"),
+                    "executeLatency": _f3(_num(st, "latency_ms")),
+                    "latencyP50Ms": _num(st, "latency_p50_ms"),
+                    "latencyP99Ms": _num(st, "latency_p99_ms"),
+                }
+            )
+    return {
+        **comp,
+        "id": component,
+        "name": reading.ref.name,
+        "topologyId": reading.ref.id,
+        "encodedTopologyId": quote(reading.ref.id, safe=""),
+        "topologyStatus": _status(reading),
+        "componentType": comp["type"],
+        "window": ":all-time",
+        "windowHint": "All time",
+        "sampledAt": snap.time,
+        "boltStats": [
+            {
+                "window": ":all-time",
+                "windowPretty": "All time",
+                "executed": comp["executed"],
+                "emitted": comp["emitted"],
+                "acked": comp["acked"],
+                "failed": comp["failed"],
+                "executeLatency": comp["executeLatency"],
+                "transferred": None,
+                "processLatency": None,
+            }
+        ],
+        "executorStats": _public(executors),
+        "taskStats": tasks,
+        "componentErrors": None if errors is None else [e for e in errors if e["component"] == component],
+    }
+
+
+def chart_history(hist: Sequence[Sample]) -> dict[str, Any]:
+    """Return executed per second per component between consecutive readings (our own endpoint)."""
+    components = sorted({c.component for _, counts in hist for c in counts.values()})
+    times: list[float] = []
+    series: dict[str, list[float | None]] = {c: [] for c in components}
+    for (t0, before), (t1, after) in itertools.pairwise(hist):
+        dt = t1 - t0
+        if dt <= 0:
+            continue
+        grown: dict[str, float] = {}
+        seen: set[str] = set()
+        for key, now in after.items():
+            then: ExecutorCounts | None = before.get(key)
+            seen.add(now.component)
+            if then is not None:
+                grown[now.component] = grown.get(now.component, 0.0) + _grow(then.executed, now.executed)
+        times.append(round(t1, 3))
+        for c in components:
+            series[c].append(round(grown[c] / dt, 2) if c in grown else (0.0 if c in seen else None))
+    return {"times": times, "executedPerSecond": series, "now": time.time()}

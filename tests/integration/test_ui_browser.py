@@ -1,0 +1,169 @@
+"""The topology page in a real browser: Debian's chromium, headless, driven by selenium.
+
+A local cluster is fed tuples by a raw client; the page must show the REST API's counts,
+draw a throughput chart per component, and its Deactivate / Activate buttons must stop
+and resume the bolts.  One screenshot is kept in ``.artifacts/ui/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import wait_until
+from tests.integration.ui_support import UICluster, pipeline
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / ".artifacts" / "ui"
+COMPONENTS = ("in", "stage1", "stage2")
+COUNTS = ("executed", "emitted", "acked", "failed")
+
+
+def _browser() -> tuple[str, str]:
+    chromium = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them: apt-get install ...)")
+    if not (ROOT / "spark_storm" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").exists():
+        pytest.fail("uPlot is missing: run scripts/fetch-ui-assets (scripts/setup does)")
+    return chromium, driver
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    chromium, driver_path = _browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1900",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def ui_cluster(tmp: Path) -> Iterator[UICluster]:
+    run = UICluster(tmp, pipeline(tmp / "records")).start()
+    yield run
+    if not run.stopped:
+        run.stop()
+
+
+_READ_TABLE = """
+const out = {};
+for (const row of document.querySelectorAll('#components tbody tr[data-component]')) {
+  const cells = {};
+  for (const td of row.querySelectorAll('td[data-field]')) cells[td.dataset.field] = td.textContent;
+  out[row.dataset.component] = cells;
+}
+return out;
+"""
+
+
+def _page_counts(driver: Any) -> dict[str, dict[str, str]]:
+    """The components table as the user sees it, read in one go (the page redraws it every second)."""
+    table: dict[str, dict[str, str]] = driver.execute_script(_READ_TABLE)
+    return table
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _page_executed(driver: Any) -> dict[str, int]:
+    return {c: _number(v["executed"]) for c, v in _page_counts(driver).items()}
+
+
+def _press(driver: Any, button: str) -> None:
+    driver.find_element("id", button).click()
+    dialog = driver.find_element("id", "confirm")
+    wait_until(lambda: dialog.get_attribute("open") is not None, what="the confirmation dialog")
+    assert "topology pipeline" in driver.find_element("id", "confirm-text").text
+    driver.find_element("id", "confirm-ok").click()
+
+
+def _status(driver: Any) -> str:
+    """The status badge's text (read by script: the badge is redrawn every refresh)."""
+    return str(
+        driver.execute_script("const b = document.querySelector('#status .badge'); return b ? b.dataset.status : '';")
+    )
+
+
+def test_topology_page_counts_chart_and_deactivate_activate(ui_cluster: UICluster, browser: Any) -> None:
+    for _ in range(8):  # traffic spread over several samples: the charts get a shape
+        ui_cluster.send(100)
+        ui_cluster.wait_new_samples(2)
+    ui_cluster.wait_executed("stage2", 800)
+
+    browser.get(f"{ui_cluster.base}/topology.html?id=pipeline")
+    wait_until(lambda: _page_executed(browser).get("stage2") == 800, what="the page to show 800 executed", timeout=20)
+    # The table shows what the REST API says (the topology is idle now: nothing moves).
+    rest = ui_cluster.components()
+    page = _page_counts(browser)
+    assert set(page) == set(COMPONENTS)
+    for cid in COMPONENTS:
+        assert {k: _number(page[cid][k]) for k in COUNTS} == {k: rest[cid][k] for k in COUNTS}, cid
+        assert page[cid]["executors"] == str(rest[cid]["executors"])
+        assert page[cid]["tasks"] == str(rest[cid]["tasks"])
+    assert rest["stage1"]["acked"] == 800
+    assert _status(browser) == "ACTIVE"
+
+    # One uPlot chart per component, drawn on a canvas, holding the measured rates.
+    for cid in COMPONENTS:
+        chart = browser.find_element("css selector", f'#charts .chart[data-component="{cid}"]')
+        canvas = chart.find_element("css selector", "canvas")
+        assert canvas.size["width"] > 200
+        assert canvas.size["height"] > 50
+        peak = browser.execute_script(
+            "const c = window.sparkStormCharts.get(arguments[0]);"
+            "return Math.max(...c.plot.data[1].filter(v => v !== null));",
+            cid,
+        )
+        assert peak > 0, cid
+        assert int(chart.get_attribute("data-points")) >= 8
+
+    # Deactivate: tuples sent now wait in the source's queues; no bolt executes them.
+    _press(browser, "btn-deactivate")
+    wait_until(lambda: _status(browser) == "INACTIVE", what="the page to show INACTIVE")
+    assert ui_cluster.get("topology/pipeline")["status"] == "INACTIVE"
+    before = _page_executed(browser)
+    ui_cluster.send(300)
+    wait_until(lambda: ui_cluster.components()["in"]["queuePopulation"] == 300, what="300 tuples queued")
+    wait_until(
+        lambda: _page_counts(browser)["in"]["queue"].startswith("300 /"), what="the page to show the queued tuples"
+    )
+    assert _page_executed(browser) == before == dict.fromkeys(COMPONENTS, 800)
+    assert {c: v["executed"] for c, v in ui_cluster.components().items()} == before
+
+    # Activate: the held tuples flow through every bolt.
+    _press(browser, "btn-activate")
+    wait_until(lambda: _page_executed(browser) == dict.fromkeys(COMPONENTS, 1100), what="1100 executed on the page")
+    assert _status(browser) == "ACTIVE"
+    assert "activate pipeline: success" in browser.find_element("id", "message").text
+    wait_until(
+        lambda: browser.execute_script(
+            "return window.sparkStormCharts.get('stage2').plot.data[1].slice(-8).some(v => v > 0);"
+        ),
+        what="the burst after activate in the chart",
+    )
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / "topology-page.png"
+    assert browser.save_screenshot(str(shot))
+    print(f"\nscreenshot of the topology page: {shot}")

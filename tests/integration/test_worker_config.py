@@ -1,0 +1,110 @@
+"""A worker with a bad setting refuses to start with one ``spark-storm:`` line naming the key;
+a worker whose thread dies stops, instead of running half-way and looking healthy."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_storm.config import load_config
+from spark_storm.netutil import free_ports
+from spark_storm.topology import Slot, plan, topology_from_dict
+from spark_storm.worker import Worker
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+TOPOLOGY = """
+name: config
+components:
+  - {id: in, source: true, fields: [x]}
+  - {id: out, bolt: "spark_storm.examples.noop:NoopBolt", inputs: [{from: in}]}
+"""
+
+
+def _worker(
+    tmp_path: Path, *sets: str, bolt: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(TOPOLOGY.replace("spark_storm.examples.noop:NoopBolt", bolt) if bolt else TOPOLOGY)
+    port = free_ports(1)[0]
+    cmd = [sys.executable, "-m", "spark_storm.cli", "worker", "--topology", str(topo), "--port", str(port)]
+    cmd += ["--workers", f"127.0.0.1:{port}", "--set", f"worker.heartbeat.dir={tmp_path}"]
+    for s in sets:
+        cmd += ["--set", s]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("topology.worker.connections.ready.timeout.ms=-5", "topology.worker.connections.ready.timeout.ms"),
+        ("topology.receiver.buffer.size=0", "topology.receiver.buffer.size"),
+        ("worker.heartbeat.frequency.secs=0", "worker.heartbeat.frequency.secs"),
+        ("topology.worker.shutdown.timeout.ms=soon", "topology.worker.shutdown.timeout.ms"),
+        ("topology.worker.metrics.port=99999", "topology.worker.metrics.port"),
+        ("topology.backpressure.high.watermark=high", "topology.backpressure.high.watermark"),
+        ("topology.backpressure.low.watermark=.nan", "topology.backpressure.low.watermark"),
+        ("topology.tick.tuple.freq.secs=often", "topology.tick.tuple.freq.secs"),
+        ("topology.tick.tuple.freq.secs=-1", "topology.tick.tuple.freq.secs"),
+        ("storm.messaging.tcp.min_wait_ms=5000", "storm.messaging.tcp.max_wait_ms"),
+        ("topology.message.timeout.secs=0", "topology.message.timeout.secs"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_key(tmp_path: Path, setting: str, named: str) -> None:
+    out = _worker(tmp_path, setting)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("spark-storm: "), out.stderr
+    assert named in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_metrics_port_in_use_and_a_broken_bolt_module_are_one_line_too(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        out = _worker(tmp_path, f"topology.worker.metrics.port={busy.getsockname()[1]}")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("spark-storm: topology.worker.metrics.port")
+    assert "Traceback" not in out.stderr
+    (tmp_path / "broken_bolts.py").write_text("class Oops(:\n    pass\n")
+    out = _worker(tmp_path, bolt="broken_bolts:Oops", env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    assert "syntax error" in out.stderr
+    assert "broken_bolts.py:1" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the point of the test
+def test_a_worker_thread_that_dies_stops_the_worker_with_the_error(tmp_path: Path) -> None:
+    port = free_ports(1)[0]
+    slot = Slot("127.0.0.1", port)
+    conf = load_config(None, {"topology.worker.metrics.port": -1, "worker.heartbeat.dir": str(tmp_path)})
+    worker = Worker(
+        plan(
+            topology_from_dict({"name": "dies", "components": [{"id": "in", "source": True, "fields": ["x"]}]}), [slot]
+        ),
+        slot,
+        conf,
+    )
+    calls = []
+
+    def breaks_on_second_call() -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            msg = "disk on fire"
+            raise OSError(msg)
+
+    worker.timer.every("test-duty", 0.05, breaks_on_second_call)  # runs on the worker's timer thread
+    worker.start()
+    try:
+        wait_until(worker.stopping.is_set, what="the worker to stop when its timer thread died")
+        assert worker.failed
+        assert worker.stop_reason is not None
+        assert "spark-storm-timer" in worker.stop_reason
+        assert "disk on fire" in worker.stop_reason
+    finally:
+        assert worker.stop(10)

@@ -1,0 +1,57 @@
+"""The XOR acker: completion in any order, the message timeout, trees failed with a lost peer."""
+
+from __future__ import annotations
+
+import time
+
+from spark_storm.messaging.wire import FAILED, PROCESSED
+from spark_storm.worker.acker import Acker, new_edge
+from spark_storm.worker.tuples import GroupTracker
+
+
+def _tracked(acker: Acker) -> tuple[list[int], int, int]:
+    statuses: list[int] = []
+    tracker = GroupTracker(statuses.append)
+    tracker.expect(1)
+    tracker.sealed()
+    root, edge = acker.root(tracker)
+    return statuses, root, edge
+
+
+def test_a_tree_completes_when_every_edge_was_created_and_acked_in_any_order() -> None:
+    acker = Acker()
+    statuses, root, edge = _tracked(acker)
+    child = new_edge()
+    acker.update(root, child)  # the child's own ack arrives first
+    assert statuses == []
+    acker.update(root, edge ^ child)  # the parent's ack, carrying the child's creation
+    assert statuses == [PROCESSED]
+    assert (len(acker), acker.completed) == (0, 1)
+
+
+def test_roots_pending_past_the_message_timeout_fail_oldest_first() -> None:
+    acker = Acker()
+    old, old_root, _ = _tracked(acker)
+    time.sleep(0.05)
+    young, _, _ = _tracked(acker)
+    assert acker.expire(0.03) == 1
+    assert (old, young) == ([FAILED], [])
+    assert acker.timed_out == 1
+    acker.update(old_root, 123)  # a late ack of a failed root is ignored
+    assert len(acker) == 1
+
+
+def test_a_lost_peer_fails_only_the_trees_that_passed_through_it() -> None:
+    acker = Acker()
+    through_2, root_a, edge_a = _tracked(acker)
+    through_1, root_b, edge_b = _tracked(acker)
+    local_only, root_c, _ = _tracked(acker)
+    child_a, child_b = new_edge(), new_edge()
+    acker.update(root_a, edge_a ^ child_a, touched=1 << 2)  # its child went to worker #2
+    acker.update(root_b, edge_b ^ child_b, touched=1 << 1)
+    acker.update(root_c, 0)
+    assert acker.peer_lost(2) == 1
+    assert (through_2, through_1, local_only) == ([FAILED], [], [])
+    assert acker.failed_on_peer_loss == 1
+    acker.update(root_b, child_b)  # the other trees still complete
+    assert through_1 == [PROCESSED]
