@@ -18,6 +18,7 @@ from typing import Any
 
 from spark_storm.cluster.state import KILLED, Assignment, ClusterState, TopologyRecord, ZooKeeperAddress
 from spark_storm.errors import ClusterError
+from spark_storm.topology.assignment import Slot
 
 __all__ = ["close_sessions", "current_assignment"]
 
@@ -50,11 +51,21 @@ def close_sessions() -> None:
 
 
 def current_assignment(
-    address: ZooKeeperAddress, name: str, conf: Mapping[str, Any], *, wait_s: float = 0.0
+    address: ZooKeeperAddress,
+    name: str,
+    conf: Mapping[str, Any],
+    *,
+    wait_s: float = 0.0,
+    settle_s: float = 0.0,
 ) -> tuple[TopologyRecord, Assignment]:
     """Return the submitted topology ``name`` and its current assignment.
 
-    Waits up to ``wait_s`` for a first assignment (a topology just submitted).
+    Waits up to ``wait_s`` for a first assignment (a topology just submitted), then up to
+    ``settle_s`` until every worker of the newest assignment runs it (its ZooKeeper
+    heartbeat names that version): rows sent earlier would reach a new worker whose peers
+    still run the previous version and cannot yet route its tuple trees' acks, so those
+    trees time out and their rows are sent again.  Past ``settle_s`` the assignment is
+    returned anyway (logged).
 
     Raises
     ------
@@ -66,7 +77,7 @@ def current_assignment(
         The topology is killed, or has no assignment (no nimbus, no free slot).
     """
     state = _session(address, conf)
-    deadline = time.monotonic() + wait_s
+    started = time.monotonic()
     while True:
         record = state.read_topology(name)
         if record.status == KILLED:
@@ -77,11 +88,42 @@ def current_assignment(
             raise ClusterError(msg)
         assignment = state.read_assignment(name)
         if assignment is not None and assignment.slots:
-            return record, assignment
-        if time.monotonic() >= deadline:
+            break
+        if time.monotonic() - started >= wait_s:
             msg = (
                 f"topology {name!r} has no assignment in ZooKeeper {address} yet: is a nimbus running "
                 "(`spark-storm list` shows the leader) and does a supervisor offer a free slot?"
             )
             raise ClusterError(msg)
         time.sleep(0.2)
+    settled = time.monotonic()
+    while True:
+        behind = _behind(state, name, assignment)
+        if not behind:
+            return record, assignment
+        if time.monotonic() - settled >= settle_s:
+            if settle_s > 0:
+                logger.warning(
+                    "assignment v%d of %s: workers %s do not run it after %.1fs; sending anyway",
+                    assignment.version,
+                    name,
+                    ", ".join(map(str, behind)),
+                    settle_s,
+                )
+            return record, assignment
+        time.sleep(0.1)
+        newer = state.read_assignment(name)
+        if newer is not None and newer.slots and newer.version > assignment.version:
+            assignment = newer
+
+
+def _behind(state: ClusterState, name: str, assignment: Assignment) -> list[Slot]:
+    """Slots of ``assignment`` whose worker does not report running that version (or a newer one) yet."""
+    heartbeats = state.read_heartbeats(name)
+    out = []
+    for slot in assignment.slots:
+        hb = heartbeats.get(slot)
+        version = hb.record.get("assignment_version") if hb is not None else None
+        if not isinstance(version, int) or version < assignment.version:
+            out.append(slot)
+    return out

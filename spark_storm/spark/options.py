@@ -28,6 +28,7 @@ OPTION_NAMES: Final = (
     "topology",
     "workers",
     "zookeeper",
+    "assignmentWaitMs",
     "component",
     "taskColumn",
     "fields",
@@ -65,20 +66,26 @@ class StormOptions:
     batch_id: int | None = None
     zookeeper: str | None = None
     assignment_version: int = 0
+    assignment_wait_s: float = 10.0
 
     @property
     def topology_id(self) -> str:
         return self.plan.topology.name
 
-    def with_current_assignment(self) -> StormOptions:
-        """Cluster mode: return a copy on the topology's current assignment, if it is newer (a retried task)."""
+    def with_current_assignment(self, *, settle: bool = True) -> StormOptions:
+        """Cluster mode: return a copy on the topology's current assignment, if it is newer (a retried task).
+
+        ``settle``: first wait (up to ``assignmentWaitMs``) until every worker of a new
+        assignment runs it, as the driver does for each micro-batch.
+        """
         if self.zookeeper is None:
             return self
         from spark_storm.cluster.state import ZooKeeperAddress
         from spark_storm.spark.assignments import current_assignment
 
         address = ZooKeeperAddress.parse(self.zookeeper, self.conf)
-        _, assignment = current_assignment(address, self.topology_id, self.conf)
+        settle_s = self.assignment_wait_s if settle else 0.0
+        _, assignment = current_assignment(address, self.topology_id, self.conf, settle_s=settle_s)
         if assignment.version <= self.assignment_version:
             return self
         import dataclasses
@@ -127,6 +134,7 @@ class StormOptions:
         conf = _storm_conf(get("conf"), storm_keys, get("transport"))
         workers = get("workers")
         version = 0
+        assignment_wait_s = _positive_int(get("assignmentWaitMs") or "10000", "assignmentWaitMs") / 1000
         if zookeeper is not None:
             if workers:
                 msg = (
@@ -134,7 +142,7 @@ class StormOptions:
                     "the topology's current assignment; drop 'workers'"
                 )
                 raise ConfigError(msg)
-            zookeeper, topology, the_plan, version = _from_zookeeper(zookeeper, topo_path, conf)
+            zookeeper, topology, the_plan, version = _from_zookeeper(zookeeper, topo_path, conf, assignment_wait_s)
         else:
             topology = load_topology(topo_path)
             the_plan = plan(topology, workers) if workers else plan(topology)
@@ -200,6 +208,7 @@ class StormOptions:
             batch_id=int(batch_id) if batch_id is not None else None,
             zookeeper=zookeeper,
             assignment_version=version,
+            assignment_wait_s=assignment_wait_s,
         )
 
     def with_ids(self, query_id: str | None, batch_id: int | None) -> StormOptions:
@@ -225,7 +234,7 @@ def _storm_conf(conf_path: str | None, storm_keys: dict[str, Any], transport: st
     return conf
 
 
-def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any]) -> tuple[str, Topology, Plan, int]:
+def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any], settle_s: float) -> tuple[str, Topology, Plan, int]:
     """Read the submitted topology and its current assignment: (address, topology, plan, version).
 
     ``topology`` is the submitted name, or a topology YAML whose name is used (the definition
@@ -246,7 +255,7 @@ def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any]) -> tuple[str
         name = local.name
     check_topology_name(name)
     wait = Config.of(conf).get_int("storm.zookeeper.connection.timeout", minimum=1) / 1000
-    record, assignment = current_assignment(address, name, conf, wait_s=wait)
+    record, assignment = current_assignment(address, name, conf, wait_s=wait, settle_s=settle_s)
     submitted = record.topology()
     if local is not None and local != submitted:
         logger.warning(

@@ -275,7 +275,7 @@ def _dropped_workers(options: StormOptions) -> list[Slot]:
     from spark_storm.errors import ZooKeeperUnavailableError
 
     try:
-        current = options.with_current_assignment()
+        current = options.with_current_assignment(settle=False)
     except ZooKeeperUnavailableError:
         return []  # ZooKeeper away: keep waiting for the acks
     if current.assignment_version <= options.assignment_version:

@@ -295,11 +295,13 @@ class ClusterWorker:
             return
         if latest.same_placement(current):
             self.assignment = latest
+            self._beat()
             return
         assert self.topology is not None
         started = time.monotonic()
         worker.refresh(latest.plan(self.topology))
         self.assignment = latest  # the version is reported (heartbeats) once it runs
+        self._beat()  # at once: Spark writers wait for every worker to run a new version
         self.counters["refreshes"] += 1
         logger.info(
             "worker %s followed assignment v%d of %s in %.2fs",

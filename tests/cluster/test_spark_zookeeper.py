@@ -164,3 +164,30 @@ def test_zookeeper_option_errors_name_the_problem_on_the_driver(state: ClusterSt
     state.set_status("waiting", KILLED, kill_at=0.0)
     with pytest.raises(ClusterError, match=r"'waiting' in ZooKeeper .* is killed"):
         StormOptions.parse({"topology": "waiting", "zookeeper": zk})
+
+
+def test_the_driver_waits_until_every_worker_runs_a_new_assignment(
+    state: ClusterState, zk: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rows sent before a worker's peers follow a new version would lose their trees' acks: wait, bounded."""
+    from spark_storm.cluster.state import Assignment
+    from spark_storm.spark.options import StormOptions
+    from spark_storm.topology import Slot, plan
+
+    source = yaml.safe_load(topology(tmp_path, "settle").read_text())
+    state.submit_topology(TopologyRecord("settle", yaml.safe_dump(source), ACTIVE, 2))
+    a, b = Slot("127.0.0.1", 6700), Slot("127.0.0.1", 6701)
+    topo = state.read_topology("settle").topology()
+    state.write_assignment(Assignment.from_plan(plan(topo, [a, b]), 3))
+    state.write_heartbeat("settle", a, {"assignment_version": 3})
+    state.write_heartbeat("settle", b, {"assignment_version": 2})  # b still runs v2
+    options = {"topology": "settle", "zookeeper": zk, "assignmentWaitMs": "300"}
+    with caplog.at_level("WARNING", logger="spark_storm.spark.assignments"):
+        parsed = StormOptions.parse(options)
+    assert parsed.assignment_version == 3
+    assert "assignment v3 of settle: workers 127.0.0.1:6701 do not run it after 0.3s; sending anyway" in caplog.text
+    caplog.clear()
+    state.write_heartbeat("settle", b, {"assignment_version": 3})
+    with caplog.at_level("WARNING", logger="spark_storm.spark.assignments"):
+        assert StormOptions.parse({**options, "assignmentWaitMs": "60000"}).assignment_version == 3
+    assert "do not run it" not in caplog.text

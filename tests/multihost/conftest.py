@@ -46,7 +46,7 @@ CLUSTER_CONF: dict[str, Any] = {
     "nimbus.monitor.freq.secs": 1,
     "supervisor.monitor.frequency.secs": 1,
     "supervisor.worker.shutdown.sleep.secs": 15,
-    "topology.message.timeout.secs": 0,
+    "topology.message.timeout.secs": 5,  # trees not acked by then fail (the writer retries at once)
     "topology.worker.shutdown.timeout.ms": 8000,
     "topology.worker.connections.ready.timeout.ms": 5000,
     "storm.messaging.tcp.flush.timeout.ms": 2000,
