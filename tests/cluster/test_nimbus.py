@@ -95,7 +95,8 @@ def test_submit_is_assigned_over_supervisors_with_plan(
     assert a.slots == (Slot("10.0.0.1", 6700), Slot("10.0.0.2", 6700))  # one per supervisor
     assert dict(a.executors) == plan(load_topology(path), list(a.slots)).executor_slot
     assert a.requested == 2
-    assert nimbus.counters["assignments"] == 1
+    # counted just after the write the test saw: wait for it, not race it
+    wait_until(lambda: nimbus.counters["assignments"] == 1, what="the assignment counted")
 
 
 def test_a_lost_supervisor_moves_only_its_workers(
@@ -106,7 +107,7 @@ def test_a_lost_supervisor_moves_only_its_workers(
     two_supervisors["B"].close()  # B's ephemeral node goes
     a = _wait_version(state, "wordcount", 2)
     assert a.slots == (Slot("10.0.0.1", 6700), Slot("10.0.0.1", 6701))
-    assert nimbus.counters["reassignments"] == 1
+    wait_until(lambda: nimbus.counters["reassignments"] == 1, what="the reassignment counted")
 
 
 def test_a_stale_heartbeat_moves_that_worker(
