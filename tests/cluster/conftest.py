@@ -32,7 +32,7 @@ FAST: dict[str, Any] = {
     "nimbus.monitor.freq.secs": 1,
     "supervisor.monitor.frequency.secs": 1,
     "supervisor.worker.shutdown.sleep.secs": 20,
-    "topology.message.timeout.secs": 0,
+    "topology.message.timeout.secs": 1,  # also `kill`'s default wait; tuple trees need >= 1
     "topology.worker.shutdown.timeout.ms": 10000,
 }
 
