@@ -34,7 +34,7 @@ FAST: dict[str, Any] = {
     "nimbus.monitor.freq.secs": 1,
     "supervisor.monitor.frequency.secs": 1,
     "supervisor.worker.shutdown.sleep.secs": 20,
-    "topology.message.timeout.secs": 10,  # the acker's message timeout (at least 1); kill waits pass --wait
+    "topology.message.timeout.secs": 1,  # also `kill`'s default wait; tuple trees need >= 1
     "topology.worker.shutdown.timeout.ms": 10000,
 }
 

@@ -26,7 +26,8 @@ def topology(tmp: Path, name: str, sources: int = 3) -> Path:
     (tmp / "records").mkdir(exist_ok=True)
     topo = {
         "name": name,
-        "conf": {"record.dir": str(tmp / "records")},
+        # exact counts: no tree may time out on a loaded machine (the cluster tests' default is 1 s)
+        "conf": {"record.dir": str(tmp / "records"), "topology.message.timeout.secs": 30},
         "components": [
             {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": sources, "bolt": BOLT},
             {"id": "out", "bolt": BOLT, "parallelism": 2, "inputs": [{"from": "in", "grouping": "shuffle"}]},
