@@ -15,7 +15,7 @@ memory.  Two things fail such trees, so the sender replays their groups:
 * Storm's message timeout — a root pending longer than ``topology.message.timeout.secs``
   fails (:meth:`Acker.expire`, run by the worker's timer);
 * a lost peer — every ack of a tuple whose anchored children went to other workers says
-  which (a bitmask of slot indexes), so each root knows the workers its tree passed
+  which (their :func:`worker_id`), so each root knows the workers its tree passed
   through.  When a connection to one of them drops, the trees that had passed through it
   fail at once (:meth:`Acker.peer_lost`).  Trees whose tuples reach that worker only
   after it dropped (held for it, delivered once it is back) are left alone.  A failed
@@ -34,11 +34,13 @@ import logging
 import random
 import threading
 import time
+import zlib
+from collections.abc import Iterable
 from typing import Final
 
 from spark_storm.worker.tuples import GroupTracker
 
-__all__ = ["ACKER_TASK", "Acker", "new_edge"]
+__all__ = ["ACKER_TASK", "Acker", "new_edge", "worker_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,15 @@ def new_edge() -> int:
     return _rng.getrandbits(63) or 1
 
 
+def worker_id(slot: object) -> int:
+    """Name a worker in tuple-tree anchors: a 31-bit CRC-32 of its ``host:port``.
+
+    Stable across plan changes (a position in the slot list is not: a slot added or
+    removed shifts the others), the same in every process, and small on the wire.
+    """
+    return zlib.crc32(str(slot).encode("utf-8")) & 0x7FFFFFFF
+
+
 class Acker:
     """The roots of one worker: value per root, its group tracker, and when it was born."""
 
@@ -61,7 +72,7 @@ class Acker:
         self._vals: dict[int, int] = {}
         self._trackers: dict[int, GroupTracker] = {}
         self._born: dict[int, float] = {}  # insertion order is birth order: the oldest first
-        self._touched: dict[int, int] = {}  # root -> bitmask of the slot indexes its tree passed through
+        self._touched: dict[int, set[int]] = {}  # root -> ids of the workers its tree passed through
         self.completed = 0
         self.failed = 0
         self.timed_out = 0
@@ -82,16 +93,16 @@ class Acker:
             self._born[root] = time.monotonic()
         return root, edge
 
-    def update(self, root: int, value: int, touched: int = 0) -> None:
+    def update(self, root: int, value: int, touched: Iterable[int] = ()) -> None:
         """XOR ``value`` into ``root``; a zero value completes the tree.
 
-        ``touched``: the workers (bits of slot indexes) the acked tuple's children went to.
+        ``touched``: the workers (ids) the acked tuple's children went to.
         """
         with self._lock:
             if root not in self._vals:
                 return  # already failed or completed (e.g. an ack after a fail)
             if touched:
-                self._touched[root] = self._touched.get(root, 0) | touched
+                self._touched.setdefault(root, set()).update(touched)
             current = self._vals[root] ^ value
             if current:
                 self._vals[root] = current
@@ -137,11 +148,10 @@ class Acker:
             tracker.fail()
         return len(failed)
 
-    def peer_lost(self, slot_index: int) -> int:
-        """Fail the trees that passed through worker ``slot_index``, whose connection dropped; return how many."""
-        bit = 1 << slot_index
+    def peer_lost(self, worker: int) -> int:
+        """Fail the trees that passed through worker ``worker`` (an id), whose connection dropped; return how many."""
         with self._lock:
-            roots = [r for r, mask in self._touched.items() if mask & bit]
+            roots = [r for r, workers in self._touched.items() if worker in workers]
             trackers = [t for t in (self._pop(r) for r in roots) if t is not None]
             self.failed_on_peer_loss += len(trackers)
         for tracker in trackers:

@@ -41,7 +41,7 @@ class ColumnarBatch(FromSource):
         self.data = data
         self.source = source
         self.anchors: list[Anchor] = NO_ANCHORS
-        self.pending: dict[tuple[int, int], int] | None = None
+        self.pending: dict[tuple[int, int], Any] | None = None
 
     @property
     def num_rows(self) -> int:

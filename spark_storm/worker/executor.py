@@ -86,7 +86,9 @@ class WorkerView(Protocol):
     def slot(self) -> Slot: ...
 
     @property
-    def slot_index(self) -> int: ...
+    def worker_id(self) -> int:
+        """Return the id naming this worker in tuple-tree anchors (:func:`~spark_storm.worker.acker.worker_id`)."""
+        ...
 
     @property
     def serializer(self) -> Serializer: ...
@@ -97,8 +99,8 @@ class WorkerView(Protocol):
     def source_of(self, task: int, stream: str) -> TupleSource:
         """Return the shared origin record of a task's stream (-1: a client); WireFormatError if unknown."""
 
-    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
-        """Apply tuple-tree updates at the acker of ``slot_index``."""
+    def acker_ops(self, worker_id: int, ops: list[list[Any]]) -> None:
+        """Apply tuple-tree updates at the acker of ``worker_id``."""
 
 
 class ExecutorHost(WorkerView, Protocol):
@@ -110,11 +112,14 @@ class ExecutorHost(WorkerView, Protocol):
     @property
     def max_payload_bytes(self) -> int: ...
 
-    def remote_slot_of(self, task: int) -> int:
-        """Return the slot index of the worker running ``task``, or -1 when it is this one."""
+    def remote_worker_of(self, task: int) -> int:
+        """Return the id of the worker running ``task``, or -1 when it is this one."""
 
     def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
         """Hand messages for remote tasks to the transfer path (blocks while it is full)."""
+
+    def reroute(self, items: list[QueueItem], weights: list[int]) -> None:
+        """Deliver items that a stopped executor's queue refused to where their tasks are now."""
 
     def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
         """Latest load (0..1) of ``tasks``."""
@@ -155,8 +160,8 @@ class Emitter:
         rows.append(values)
         tracked.append(anchors)
 
-    def acker_op(self, slot_index: int, op: list[int]) -> None:
-        self.acks.setdefault(slot_index, []).append(op)
+    def acker_op(self, worker_id: int, op: list[int]) -> None:
+        self.acks.setdefault(worker_id, []).append(op)
 
     def flush(self) -> None:
         """Publish local emits (one item per destination task), hand remote ones to the transfer path."""
@@ -190,13 +195,14 @@ class Emitter:
         if self.batches:
             self._flush_batches(local, remote, weights)
         for queue, items, item_weights in local.values():
-            queue.publish(items, item_weights)
+            if not queue.publish(items, item_weights):  # its executor stopped (a refresh moved it)
+                host.reroute(items, item_weights)
         if remote:
             host.send_remote(remote, weights)
         if self.acks:
             acks, self.acks = self.acks, {}
-            for slot_index, ops in acks.items():
-                host.acker_ops(slot_index, ops)
+            for worker_id, ops in acks.items():
+                host.acker_ops(worker_id, ops)
 
     def _pack_remote(
         self,
@@ -260,35 +266,32 @@ class Emitter:
 def _split_edges(anchors: list[Anchor], pieces: int, emitter: Emitter) -> list[list[Anchor]]:
     """Replace a batch's edge (per root) by one new edge per piece, in one acker update per root."""
     out: list[list[Anchor]] = [[] for _ in range(pieces)]
-    for slot_index, root, edge in anchors:
+    for worker_id, root, edge in anchors:
         update = edge
         for i in range(pieces):
             new = new_edge()
             update ^= new
-            out[i].append((slot_index, root, new))
-        emitter.acker_op(slot_index, [ACK_OP, root, update])
+            out[i].append((worker_id, root, new))
+        emitter.acker_op(worker_id, [ACK_OP, root, update])
     return out
 
 
-#: Key of a parent's ``pending`` dict holding the bitmask of the workers (slot indexes) its
-#: anchored children went to; it travels with the parent's ack to the roots' ackers, so a
+#: Key of a parent's ``pending`` dict holding the ids of the workers its anchored children
+#: went to (a frozenset); they travel with the parent's ack to the roots' ackers, so a
 #: worker that loses a peer fails exactly the trees that passed through it.
 TOUCHED: Final = (-1, -1)
 
 
-def _child_anchors(parents: Sequence[Any], slots: Sequence[int]) -> list[list[Anchor]] | None:
+def _child_anchors(parents: Sequence[Any], workers: Sequence[int]) -> list[list[Anchor]] | None:
     """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker).
 
-    ``slots`` holds, per copy, the slot index of the worker it goes to (-1: this one).
+    ``workers`` holds, per copy, the id of the worker it goes to (-1: this one).
     """
     if not any(p.anchors for p in parents):
         return None
-    touched = 0
-    for slot in slots:
-        if slot >= 0:
-            touched |= 1 << slot
+    touched = frozenset(w for w in workers if w >= 0)
     trees = []
-    for _ in slots:
+    for _ in workers:
         edge = new_edge()
         child: dict[tuple[int, int], int] = {}
         for parent in parents:
@@ -298,9 +301,9 @@ def _child_anchors(parents: Sequence[Any], slots: Sequence[int]) -> list[list[An
                 parent.pending = {}
             pending = parent.pending
             if touched:
-                pending[TOUCHED] = pending.get(TOUCHED, 0) | touched
-            for slot_index, root, _e in parent.anchors:
-                key = (slot_index, root)
+                pending[TOUCHED] = pending.get(TOUCHED, frozenset()) | touched
+            for worker_id, root, _e in parent.anchors:
+                key = (worker_id, root)
                 pending[key] = pending.get(key, 0) ^ edge
                 child[key] = child.get(key, 0) ^ edge
         trees.append([(s, r, e) for (s, r), e in child.items()])
@@ -323,26 +326,26 @@ class _AckingCollector:
         self._stats = stats
         self._host = host
 
-    def _acker_op(self, slot_index: int, op: list[int]) -> None:
+    def _acker_op(self, worker_id: int, op: list[int]) -> None:
         if threading.get_ident() == self._emitter.owner:
-            self._emitter.acker_op(slot_index, op)
+            self._emitter.acker_op(worker_id, op)
         else:
-            self._host.acker_ops(slot_index, [op])
+            self._host.acker_ops(worker_id, [op])
 
     def _ack_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS  # acking twice must not count twice
         pending = item.pending or {}
-        touched = pending.get(TOUCHED, 0)
-        for slot_index, root, edge in anchors:
-            op = [ACK_OP, root, edge ^ pending.get((slot_index, root), 0)]
+        touched = sorted(pending.get(TOUCHED, ()))
+        for worker_id, root, edge in anchors:
+            op: list[Any] = [ACK_OP, root, edge ^ pending.get((worker_id, root), 0)]
             if touched:
                 op.append(touched)
-            self._acker_op(slot_index, op)
+            self._acker_op(worker_id, op)
 
     def _fail_anchors(self, item: Any) -> None:
         anchors, item.anchors = item.anchors, NO_ANCHORS
-        for slot_index, root, _edge in anchors:
-            self._acker_op(slot_index, [FAIL_OP, root, 0])
+        for worker_id, root, _edge in anchors:
+            self._acker_op(worker_id, [FAIL_OP, root, 0])
 
 
 class _Route:
@@ -426,7 +429,7 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
             trees = None  # untracked: the common case, no tree bookkeeping at all
         else:
-            remote = self._host.remote_slot_of
+            remote = self._host.remote_worker_of
             trees = _child_anchors(_parents(anchors), [remote(dest) for dest in targets])
         task = self._task
         if trees is None:
@@ -529,7 +532,7 @@ class BatchCollector(_AckingCollector, BatchOutputCollector):
         own_thread = threading.get_ident() == emitter.owner
         if not own_thread:
             emitter = Emitter(self._host, self._component.id, emitter.stats)
-        remote = self._host.remote_slot_of
+        remote = self._host.remote_worker_of
         trees = _child_anchors(_parents(anchors), [remote(d) for d, _ in pieces]) if anchors is not None else None
         for i, (dest, piece) in enumerate(pieces):
             emitter.batches.append((self._task, stream, dest, piece, trees[i] if trees else NO_ANCHORS))
@@ -658,6 +661,13 @@ class Executor:
                     self._tick()
                     self.emitter.flush()
                     next_tick = time.monotonic() + self.tick_s  # type: ignore[operator]
+            # Stopping: refuse further publishes (publishers reroute them to the task's new
+            # place), then run what slipped in since the last look.
+            queue.close()
+            leftover = queue.take(1 << 30, 0)
+            if leftover:
+                self._done += self._process(leftover)
+                self.emitter.flush()
         except Exception as exc:
             # The executor's own machinery failed (not a bolt: bolt errors follow the policy).
             self.failed_with = exc
@@ -763,13 +773,13 @@ class TupleExecutor(Executor):
         tuples = [Tuple(values, batch.source) for values in rows_of(batch.data)]
         if batch.anchors and tuples:
             # The batch's edge becomes one edge per row: E ^ e1 ^ ... ^ en, in one update.
-            for slot_index, root, edge in batch.anchors:
+            for worker_id, root, edge in batch.anchors:
                 update = edge
                 for tup in tuples:
                     child = new_edge()
                     update ^= child
-                    tup.anchors = [*tup.anchors, (slot_index, root, child)]
-                self.emitter.acker_op(slot_index, [ACK_OP, root, update])
+                    tup.anchors = [*tup.anchors, (worker_id, root, child)]
+                self.emitter.acker_op(worker_id, [ACK_OP, root, update])
         return tuples
 
     def _tick(self) -> None:
@@ -831,15 +841,15 @@ class BatchExecutor(Executor):
         batch = ColumnarBatch(data, source)
         roots: dict[tuple[int, int], int] = {}
         for tup in tuples:
-            for slot_index, root, edge in tup.anchors:
-                key = (slot_index, root)
+            for worker_id, root, edge in tup.anchors:
+                key = (worker_id, root)
                 roots[key] = roots.get(key, 0) ^ edge
         if roots:
             anchors = []
-            for (slot_index, root), acked in roots.items():
+            for (worker_id, root), acked in roots.items():
                 edge = new_edge()  # the batch's edge replaces its tuples' edges, in one update
-                anchors.append((slot_index, root, edge))
-                self.emitter.acker_op(slot_index, [ACK_OP, root, acked ^ edge])
+                anchors.append((worker_id, root, edge))
+                self.emitter.acker_op(worker_id, [ACK_OP, root, acked ^ edge])
             batch.anchors = anchors
         return batch
 

@@ -76,6 +76,9 @@ class ReceiveHost(WorkerView, Protocol):
     def forward(self, messages: list[TaskMessage]) -> None:
         """Send messages for tasks that now live on another worker there."""
 
+    def reroute(self, items: list[QueueItem], weights: list[int]) -> None:
+        """Deliver items that a stopped executor's queue refused to where their tasks are now."""
+
 
 class WriterStats:
     """What one worker sees of the Spark writers feeding it (per query id)."""
@@ -223,6 +226,11 @@ class Receiver:
                         self._acker_updates(payload)
                 elif task == BROADCAST_TASK:
                     broadcast.extend(self._decode_bolt(task, group, atomic))
+                elif task in plan.task_slot and atomic:
+                    # a delivery group planned before the task moved: its tracking cannot follow
+                    # the rows, so the sender retries the group with the current assignment
+                    msg = f"task {task} moved to worker {plan.task_slot[task]}; resend the group there"
+                    self._bad(task, WireFormatError(msg), atomic)
                 elif task in plan.task_slot:
                     self._forward(task, group)
                 else:
@@ -249,7 +257,8 @@ class Receiver:
             for queue in host.all_queues():
                 queue.publish([item], [weight])
         for queue, items_, weights in publish.values():
-            queue.publish(items_, weights)
+            if not queue.publish(items_, weights):  # its executor stopped (a refresh moved it)
+                host.reroute(items_, weights)
         self.counters["tuples_in"] += published
         self.counters["source_tuples_in"] += from_clients
         return published
@@ -359,10 +368,10 @@ class Receiver:
         tuples = [Tuple(v, source) for v in rows]
         if tracker is not None:
             tracker.expect(len(tuples))
-            acker, slot_index = self._host.acker, self._host.slot_index
+            acker, worker_id = self._host.acker, self._host.worker_id
             for tup in tuples:  # each source tuple roots a tuple tree (Storm's acker)
                 root, edge = acker.root(tracker)
-                tup.anchors = [(slot_index, root, edge)]
+                tup.anchors = [(worker_id, root, edge)]
         out.append(((task, tuples), len(tuples)))
 
     def _source_arrow(
@@ -382,7 +391,7 @@ class Receiver:
         if tracker is not None:  # the whole batch is one root: one edge, acked at once
             tracker.expect(1)
             root, edge = self._host.acker.root(tracker)
-            batch.anchors = [(self._host.slot_index, root, edge)]
+            batch.anchors = [(self._host.worker_id, root, edge)]
         out.append(((task, batch), data.num_rows))
 
     def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
@@ -423,16 +432,21 @@ class Receiver:
     def _acker_updates(self, payload: bytes) -> None:
         try:
             ops = self._host.serializer.loads(payload)
-            checked = [[int(x) for x in op] for op in ops]
-            if not all(len(op) in (3, 4) for op in checked):
-                msg = "an acker update is [op, root, value] or [op, root, value, workers touched]"
-                raise ValueError(msg)
+            checked: list[list[Any]] = []
+            for op in ops:
+                if len(op) not in (3, 4):
+                    msg = "an acker update is [op, root, value] or [op, root, value, [workers touched]]"
+                    raise ValueError(msg)
+                entry: list[Any] = [int(op[0]), int(op[1]), int(op[2])]
+                if len(op) == 4:
+                    entry.append([int(w) for w in op[3]])
+                checked.append(entry)
         except (WireFormatError, ValueError, TypeError) as exc:
             with self._lock:
                 self.counters["bad_payload"] += 1
             logger.warning("worker %s: dropping bad acker updates: %s", self._host.slot, exc)
             return
-        self._host.acker_ops(self._host.slot_index, checked)
+        self._host.acker_ops(self._host.worker_id, checked)
 
     def _forward(self, task: int, payloads: list[bytes]) -> None:
         with self._lock:

@@ -18,12 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.config import Config
+from spark_storm.errors import ConfigError
 from spark_storm.messaging import IConnection, IContext, TaskMessage
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
-from spark_storm.worker.acker import ACKER_TASK, Acker
+from spark_storm.worker.acker import ACKER_TASK, Acker, worker_id
+from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.executor import ACK_OP, Executor, QueueItem, make_executor
+from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples
 from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.receive import stream_fields
 from spark_storm.worker.serializer import make_serializer
@@ -39,6 +42,16 @@ __all__ = ["WorkerState"]
 logger = logging.getLogger(__name__)
 
 _MAX_CLIENT_STREAMS = 256
+
+
+def _worker_ids(plan: Plan) -> dict[int, Slot]:
+    """Map the plan's slots by worker id (ConfigError if two slots share one)."""
+    ids = {worker_id(s): s for s in plan.slots}
+    if len(ids) != len(plan.slots):
+        clash = sorted(map(str, plan.slots))
+        msg = f"two worker slots of {plan.topology.name!r} hash to one worker id ({', '.join(clash)}); change a port"
+        raise ConfigError(msg)
+    return ids
 
 
 class WorkerState:
@@ -69,7 +82,8 @@ class WorkerState:
         self.settings = settings
         self.topology_id = plan.topology.name
         self._serializer = make_serializer(conf)
-        self._slot_index = plan.slots.index(slot)
+        self._worker_id = worker_id(slot)
+        self._workers = _worker_ids(plan)
         self._local_tasks = frozenset(plan.tasks_of(slot))
         self._acker = Acker()
         self._max_payload = max(1024, conf.get_int("storm.messaging.max.frame.bytes", minimum=1) // 2)
@@ -97,8 +111,8 @@ class WorkerState:
         return self._slot
 
     @property
-    def slot_index(self) -> int:
-        return self._slot_index
+    def worker_id(self) -> int:
+        return self._worker_id
 
     @property
     def local_tasks(self) -> frozenset[int]:
@@ -123,11 +137,11 @@ class WorkerState:
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
         return self._task_queue.get(task)
 
-    def remote_slot_of(self, task: int) -> int:
+    def remote_worker_of(self, task: int) -> int:
         slot = self._plan.task_slot.get(task)
         if slot is None or slot == self._slot:
             return -1
-        return self._plan.slots.index(slot)
+        return worker_id(slot)
 
     def kind_of(self, task: int) -> str | None:
         return self._task_kind.get(task)
@@ -166,24 +180,60 @@ class WorkerState:
         assert self.transfer is not None
         self.transfer.publish(messages, [1] * len(messages))
 
+    def reroute(self, items: list[QueueItem], weights: list[int]) -> None:
+        for (task, payload), weight in zip(items, weights, strict=True):
+            queue = self.queue_of(task)
+            if queue is not None and queue.publish([(task, payload)], [weight]):
+                continue
+            where = self._plan.task_slot.get(task)
+            if where is None or where == self._slot:  # gone, or its executor stopped with the worker
+                logger.error(
+                    "worker %s: %d tuples for task %d dropped: its executor has stopped", self._slot, weight, task
+                )
+                continue
+            self.send_remote(self._encode_item(task, payload), [weight])
+
+    def _encode_item(self, task: int, payload: Any) -> list[TaskMessage]:
+        """Encode a queue item as the message(s) another worker would have received for it."""
+        if isinstance(payload, ColumnarBatch):
+            src = payload.source
+            meta = (
+                None if src.component == CLIENT_COMPONENT else columnar_metadata(src.task, src.stream, payload.anchors)
+            )
+            return [TaskMessage(task, arrow_payload(payload.data, meta))]
+        tuples: list[Any] = payload
+        if not tuples:
+            return []
+        src = tuples[0].source
+        if src.component == CLIENT_COMPONENT:  # client rows to a source task: the source form
+            return [TaskMessage(task, self._serializer.dumps(t.values)) for t in tuples]
+        anchors = [t.anchors for t in tuples] if any(t.anchors for t in tuples) else None
+        rows = [t.values for t in tuples]
+        return [TaskMessage(task, pack_tuples(self._serializer, src.task, src.stream, rows, anchors))]
+
     def unknown(self, messages: list[TaskMessage]) -> None:
         assert self.receiver is not None
         self.receiver.unknown(messages)
 
-    def acker_ops(self, slot_index: int, ops: list[list[int]]) -> None:
-        if slot_index == self._slot_index:
+    def acker_ops(self, worker: int, ops: list[list[Any]]) -> None:
+        if worker == self._worker_id:
             acker = self._acker
             for op in ops:
                 if op[0] == ACK_OP:
-                    acker.update(op[1], op[2], op[3] if len(op) > 3 else 0)
+                    acker.update(op[1], op[2], op[3] if len(op) > 3 else ())
                 else:
                     acker.fail(op[1])
             return
-        slot = self._plan.slots[slot_index] if slot_index < len(self._plan.slots) else None
+        slot = self._workers.get(worker)
         conn = self._connections.get(slot) if slot is not None else None
         if conn is None:
-            logger.error(
-                "worker %s: no connection to worker #%d for %d acker updates", self._slot, slot_index, len(ops)
+            # its root worker left the plan (its trees fail there, or time out): nothing to tell
+            logger.warning(
+                "worker %s: no connection to the worker with id %d (%s) for %d acker updates",
+                self._slot,
+                worker,
+                slot or "not in the plan",
+                len(ops),
             )
             return
         conn.send([TaskMessage(ACKER_TASK, self._serializer.dumps(ops))])
@@ -242,7 +292,7 @@ class WorkerState:
         """Switch to a new plan, connections and local executors at once."""
         with self.lock:
             self._plan = plan
-            self._slot_index = plan.slots.index(self._slot)
+            self._workers = {**self._workers, **_worker_ids(plan)}  # old ids stay known for late acks
             self._local_tasks = frozenset(plan.tasks_of(self._slot))
             self._sources = {}
             self._client_sources = {}

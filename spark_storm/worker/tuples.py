@@ -125,7 +125,7 @@ class Tuple(FromSource):
         #: Tuple trees this tuple belongs to (empty: untracked).
         self.anchors = NO_ANCHORS
         #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
-        self.pending: dict[tuple[int, int], int] | None = None
+        self.pending: dict[tuple[int, int], Any] | None = None
 
     def get(self, field: str) -> Any:
         """Value of ``field`` (KeyError naming the fields when absent)."""

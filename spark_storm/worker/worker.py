@@ -37,6 +37,7 @@ from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
 from spark_storm.messaging import IConnection
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
+from spark_storm.worker.acker import worker_id
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback, Receiver
 from spark_storm.worker.settings import WorkerSettings
@@ -445,8 +446,7 @@ class Worker:
         lost = (self._ready_peers & set(connections)) - ready
         self._ready_peers = ready
         if lost and not self._stopping.is_set():
-            slots = self.plan.slots
-            failed = sum(self.state.acker.peer_lost(slots.index(s)) for s in lost if s in slots)
+            failed = sum(self.state.acker.peer_lost(worker_id(s)) for s in lost)
             logger.warning(
                 "worker %s: lost the connection to %s; failed %d pending tuple trees that passed through it "
                 "(their groups are replayed)",

@@ -47,10 +47,10 @@ def test_a_lost_peer_fails_only_the_trees_that_passed_through_it() -> None:
     through_1, root_b, edge_b = _tracked(acker)
     local_only, root_c, _ = _tracked(acker)
     child_a, child_b = new_edge(), new_edge()
-    acker.update(root_a, edge_a ^ child_a, touched=1 << 2)  # its child went to worker #2
-    acker.update(root_b, edge_b ^ child_b, touched=1 << 1)
+    acker.update(root_a, edge_a ^ child_a, touched=[2002])  # its child went to the worker with id 2002
+    acker.update(root_b, edge_b ^ child_b, touched=[1001])
     acker.update(root_c, 0)
-    assert acker.peer_lost(2) == 1
+    assert acker.peer_lost(2002) == 1
     assert (through_2, through_1, local_only) == ([FAILED], [], [])
     assert acker.failed_on_peer_loss == 1
     acker.update(root_b, child_b)  # the other trees still complete

@@ -18,7 +18,7 @@ import pytest
 
 from spark_storm.config import Config
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker.acker import new_edge
 from spark_storm.worker.columnar import ColumnarBatch
@@ -175,8 +175,8 @@ def test_a_processed_group_roots_one_tree_per_tuple_and_per_arrow_batch(world: W
     assert len(world.state.acker) == 2  # one root per Arrow payload sent to a batch source
     items = world.queued(1)
     for _, columnar in items:
-        for slot_index, root, edge in columnar.anchors:
-            world.state.acker_ops(slot_index, [[1, root, edge]])
+        for worker_id, root, edge in columnar.anchors:
+            world.state.acker_ops(worker_id, [[1, root, edge]])
     assert statuses == [ACCEPTED, PROCESSED]
     [writer] = world.receiver.writers.snapshot()
     assert (writer["query_id"], writer["last_batch_id"], writer["rows"], writer["groups"]) == ("q", 7, 4, 1)
@@ -243,7 +243,7 @@ def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: W
     assert isinstance(mid, TupleExecutor)
     mid.emitter.owner = threading.get_ident()
     batch = ColumnarBatch(pa.record_batch({"key": ["a", "b"], "n": [1, 2]}), world.state.source_of(1, "default"))
-    batch.anchors = [(world.state.slot_index, root, edge)]
+    batch.anchors = [(world.state.worker_id, root, edge)]
     rows = mid._rows_of(batch)
     mid.emitter.flush()
     assert [len(t.anchors) for t in rows] == [1, 1]
@@ -257,9 +257,9 @@ def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: W
     assert assembled is not None
     assert assembled.data.to_pylist() == [{"key": "a", "n": 1}, {"key": "b", "n": 2}]
     assert not done
-    [(slot_index, same_root, batch_edge)] = assembled.anchors
+    [(worker_id, same_root, batch_edge)] = assembled.anchors
     assert same_root == root
-    world.state.acker_ops(slot_index, [[1, root, batch_edge]])  # the batch bolt acks it
+    world.state.acker_ops(worker_id, [[1, root, batch_edge]])  # the batch bolt acks it
     assert done == [PROCESSED]
 
 
@@ -273,3 +273,31 @@ def test_columnar_payload_metadata_round_trips() -> None:
     assert decoded.to_pylist() == data.to_pylist()
     assert origin == (3, "s", [(0, 1, edge)])
     assert read_arrow(arrow_payload(data))[1] is None
+
+
+def test_items_a_stopped_executor_refuses_go_where_their_task_is_now() -> None:
+    w = World(B)
+    try:
+        # the plan moved task 3 (mid[3], on A) ... it is remote for B already: what B holds for it
+        # (as a refresh leaves items published to a stopped queue) goes to A as a bolt payload
+        tuples = [Tuple(v, w.state.source_of(2, "default")) for v in _rows(4)]
+        w.state.reroute([(3, tuples)], [4])
+        [(message, weight)] = w.transfer.queue.take(10, 0)
+        src, stream, rows, anchors = unpack_bolt(w.state.serializer, message.payload)
+        assert (message.task, weight, src, stream, rows, anchors) == (3, 4, 2, "default", _rows(4), None)
+        # a local executor's closed queue refuses a publish; the receive path reroutes it
+        queue = w.state.queue_of(2)
+        assert queue is not None
+        queue.close()
+        w.receiver.transfer_local([2], [msgpack.packb(["k", 1])])
+        assert w.transfer.queue.take(10, 0) == []  # task 2 is this worker's: dropped, logged
+    finally:
+        w.close()
+
+
+def test_a_delivery_group_for_a_task_that_moved_is_refused_so_the_sender_replans(world: World) -> None:
+    statuses: list[int] = []
+    header = BatchHeader("q", 1, 0, 0, 1, PROCESSED)
+    world.receiver.recv_group(header, MessageBatch([4], [msgpack.packb(["k", 1])]), statuses.append)  # task 4 is B's
+    assert statuses == [FAILED]
+    assert world.transfer.queue.take(10, 0) == []  # not forwarded: its tracking could not follow
