@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -37,3 +38,16 @@ def kafka_result_topology(directory: Path, name: str, broker: str, topic: str) -
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(topo))
     return path
+
+
+def spark_session(app: str, conf: dict[str, str] | None = None) -> Any:
+    """A local SparkSession for a test module, with every connector jar scripts/fetch-jars got.
+
+    Spark puts ``spark.jars`` on the driver's classpath only when its JVM starts, and one
+    JVM serves every session of the pytest process: so every module asks for the same jars,
+    and whichever starts the JVM first makes Kafka and Delta available to the others.
+    """
+    from spark_storm.spark.session import local_session
+
+    jars = sorted(str(p) for p in (Path(__file__).resolve().parents[1] / "jars" / "spark").glob("*.jar"))
+    return local_session(app, jars=jars, conf=conf)

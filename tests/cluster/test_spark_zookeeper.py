@@ -12,7 +12,7 @@ import yaml
 from spark_storm.cluster.state import ACTIVE, KILLED, ClusterState, TopologyRecord
 from spark_storm.errors import ClusterError, ConfigError, UnknownTopologyError
 from tests.cluster.conftest import FAST, Daemons, cli, ports, running_workers, sets, submit
-from tests.helpers import wait_until
+from tests.helpers import spark_session, wait_until
 from tests.integration.bolts import read_event_logs
 from tests.spark.conftest import write_json_rows
 
@@ -41,9 +41,8 @@ def topology(tmp: Path, name: str, sources: int = 3) -> Path:
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     from spark_storm.spark import register
-    from spark_storm.spark.session import local_session
 
-    session = local_session("spark-storm-zookeeper", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+    session = spark_session("spark-storm-zookeeper", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
     register(session)
     yield session
     session.stop()

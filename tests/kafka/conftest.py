@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import spark_session
+
 
 @pytest.fixture(scope="module")
 def spark(spark_jars: list[str]) -> Iterator[Any]:
@@ -14,9 +16,8 @@ def spark(spark_jars: list[str]) -> Iterator[Any]:
     all on the driver's classpath.
     """
     from spark_storm.spark import register
-    from spark_storm.spark.session import local_session
 
-    session = local_session("spark-connector-tests", jars=spark_jars)
+    session = spark_session("spark-connector-tests")
     register(session)
     yield session
     session.stop()

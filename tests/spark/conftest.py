@@ -11,6 +11,7 @@ import yaml
 
 from spark_storm.topology import Slot
 from spark_storm.worker.cluster import LocalCluster
+from tests.helpers import spark_session
 
 BOLT = "tests.integration.bolts:RecordingBolt"
 
@@ -18,9 +19,8 @@ BOLT = "tests.integration.bolts:RecordingBolt"
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     from spark_storm.spark import register
-    from spark_storm.spark.session import local_session
 
-    session = local_session("spark-storm-tests", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+    session = spark_session("spark-storm-tests", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
     register(session)  # auto-registration from an installed wheel is tested in test_demo_and_jobs.py
     yield session
     session.stop()
