@@ -212,8 +212,8 @@ class Worker:
             executor.start()
         state.set_connections(self._connect(self.plan, {}))
         self._spawn(self.transfer.run, "transfer")
+        self._start_metrics_http()  # before the timer: the first heartbeat names the metrics port
         self._spawn(self.timer.run, "timer")
-        self._start_metrics_http()
         self._spawn(self._activate_when_ready, "activate")
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
@@ -412,6 +412,7 @@ class Worker:
             "executors": [str(e) for e in self.executors],
             "received": self.counters["received"],
             "metrics_port": self.metrics_port,
+            "metrics_host": self.settings.metrics_host if self.metrics_port is not None else None,
         }
 
     def _send_load(self) -> None:
