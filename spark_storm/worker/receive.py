@@ -89,7 +89,7 @@ class WriterStats:
         self._seen: dict[str, set[tuple[int, int, int]]] = {}
         self._latency: dict[str, LatencyHistogram] = {}
 
-    def group(self, header: BatchHeader, rows: int) -> float:
+    def group(self, header: BatchHeader) -> float:
         """Record a group's arrival; return its arrival time (for :meth:`finished`)."""
         key = (header.batch_id, header.partition, header.sequence)
         with self._lock:
@@ -117,8 +117,7 @@ class WriterStats:
                     seen.clear()
                 seen.add(key)
             q["last_batch_id"] = max(q["last_batch_id"], header.batch_id)
-            q["rows"] += rows
-            q["groups"] += 1
+            q["groups"] += 1  # its rows are added once decoded (add_rows)
         return time.monotonic()
 
     def add_rows(self, header: BatchHeader, rows: int) -> None:
@@ -265,7 +264,7 @@ class Receiver:
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed)."""
-        since = self.writers.group(header, 0)
+        since = self.writers.group(header)
 
         def finish(status: int) -> None:
             if status != ACCEPTED or header.required != PROCESSED:
