@@ -6,12 +6,12 @@ demo            local Spark streaming sentences into a 2-worker wordcount topolo
 transport-demo  send messages through a transport between two processes, with live progress
 worker          run one worker process of a topology
 local-cluster   run N worker processes on loopback until Ctrl-C
-ui              the Storm UI and REST API for a local cluster's workers
+ui              the Storm UI and REST API for a cluster (--zookeeper) or a local cluster's workers
 topology plan   print a topology's tasks, executors and the worker each runs on
 kafka           start | stop | status a local KRaft Kafka broker (jars from scripts/fetch-jars)
 zookeeper       start | stop | status a local ZooKeeper server (jars from scripts/fetch-jars)
 spark-standalone start | stop | status a local Spark standalone master + worker (pyspark's own classes)
-nimbus          run a nimbus (leader-elected; assigns topologies to supervisors' slots)
+nimbus          run a nimbus (leader-elected; assigns topologies to supervisors' slots; --ui-port: the UI)
 supervisor      run a supervisor (registers slots; runs, restarts and stops assigned workers)
 submit          submit a topology to the cluster (through ZooKeeper)
 activate        let a submitted topology's executors consume
@@ -196,8 +196,10 @@ def _cluster_conf(args: argparse.Namespace) -> Config:
 
 def _nimbus(args: argparse.Namespace) -> int:
     from spark_storm.cluster.nimbus import Nimbus
+    from spark_storm.ui import zookeeper_ui
 
-    nimbus = Nimbus(args.zookeeper, _cluster_conf(args))
+    conf = _cluster_conf(args)
+    nimbus = Nimbus(args.zookeeper, conf)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -207,11 +209,22 @@ def _nimbus(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     nimbus.start()
     print(f"nimbus {nimbus.identifier} contending for leadership in ZooKeeper {nimbus.state.address}", flush=True)
+    ui = None
+    if args.ui_port is not None:
+        # Leader or not, this nimbus serves the UI over its own session: every nimbus reads the same state.
+        try:
+            ui = _start_ui(zookeeper_ui(nimbus.state, conf, None, args.ui_port))
+        except BaseException:
+            nimbus.stop()
+            raise
+        print(f"nimbus {nimbus.identifier}: UI on {ui.url}", flush=True)
     leading = False
     while not stop.wait(0.2):
         if nimbus.is_leader != leading:
             leading = nimbus.is_leader
             print(f"nimbus {nimbus.identifier} {'is the leader' if leading else 'is no longer the leader'}", flush=True)
+    if ui is not None:
+        ui.close()
     nimbus.stop()
     print(f"nimbus {nimbus.identifier} stopped", flush=True)
     return 0
@@ -436,7 +449,10 @@ def _local_cluster(args: argparse.Namespace) -> int:
     # The UI binds first: a taken port then fails the command before any worker runs.
     ui = None
     if args.ui_port is not None:
-        ui = _start_ui(cluster.heartbeat_dir, load_config(args.conf, _overrides(args.set)), None, args.ui_port)
+        from spark_storm.ui import local_ui
+
+        conf = load_config(args.conf, _overrides(args.set))
+        ui = _start_ui(local_ui(cluster.heartbeat_dir, conf, None, args.ui_port))
     cluster.start()
     print(cluster.plan.describe())
     for slot in cluster.slots:
@@ -457,13 +473,12 @@ def _local_cluster(args: argparse.Namespace) -> int:
     return 0 if all(c == 0 for c in codes.values()) else 1
 
 
-def _start_ui(heartbeat_dir: str | Path, conf: Config, host: str | None, port: int | None) -> UIServer:
-    from spark_storm.ui import local_ui
-
-    server = local_ui(heartbeat_dir, conf, host, port)
+def _start_ui(server: UIServer) -> UIServer:
+    """Start a built UI; a port it cannot bind is one clear error (and its source is closed)."""
     try:
         return server.start()
     except OSError as exc:
+        server.source.close()
         msg = (
             f"the UI cannot listen on {server.host}:{server.port}: {exc.strerror}; pick another with --port / --ui-port"
         )
@@ -471,16 +486,29 @@ def _start_ui(heartbeat_dir: str | Path, conf: Config, host: str | None, port: i
 
 
 def _ui(args: argparse.Namespace) -> int:
+    from spark_storm.ui import local_ui, zookeeper_ui
+
     conf = load_config(args.conf, _overrides(args.set))
-    hb_dir = args.heartbeat_dir or conf.get_optional_str("worker.heartbeat.dir") or tempfile.gettempdir()
-    if not Path(hb_dir).is_dir():
-        msg = f"--heartbeat-dir {hb_dir!r} is not a directory; use the one `spark-storm local-cluster` prints"
-        raise ConfigError(msg)
+    if args.zookeeper is not None:
+        if args.heartbeat_dir is not None:
+            msg = (
+                "--zookeeper and --heartbeat-dir exclude each other: --zookeeper for a cluster (nimbus, "
+                "supervisors), --heartbeat-dir for a local cluster's workers"
+            )
+            raise ConfigError(msg)
+        server = zookeeper_ui(args.zookeeper, conf, args.host, args.port)
+    else:
+        hb_dir = args.heartbeat_dir or conf.get_optional_str("worker.heartbeat.dir") or tempfile.gettempdir()
+        if not Path(hb_dir).is_dir():
+            msg = f"--heartbeat-dir {hb_dir!r} is not a directory; use the one `spark-storm local-cluster` prints"
+            raise ConfigError(msg)
+        server = local_ui(hb_dir, conf, args.host, args.port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    server = _start_ui(hb_dir, conf, args.host, args.port)
-    print(f"spark-storm UI on {server.url} (local cluster: worker heartbeats in {hb_dir}); Ctrl-C stops it", flush=True)
+    server = _start_ui(server)
+    what = server.sampler.snapshot().state.description
+    print(f"spark-storm UI on {server.url} ({what}); Ctrl-C stops it", flush=True)
     while not stop.wait(0.5):
         pass
     server.close()
@@ -532,7 +560,13 @@ def _parser() -> argparse.ArgumentParser:
         "--ui-port", type=int, metavar="PORT", help="also serve the UI in this process on PORT (0 = any free port)"
     )
     cluster.set_defaults(func=_local_cluster)
-    ui = sub.add_parser("ui", help="the Storm UI and REST API (/api/v1/) for a local cluster's workers")
+    ui = sub.add_parser(
+        "ui",
+        help="the Storm UI and REST API (/api/v1/) for a cluster (--zookeeper) or a local cluster's workers",
+    )
+    ui.add_argument(
+        "--zookeeper", help="cluster mode: HOST:PORT[,HOST:PORT][/chroot] of the cluster's state (as nimbus's)"
+    )
     ui.add_argument(
         "--heartbeat-dir",
         help="the workers' heartbeat dir (local-cluster prints it; default: worker.heartbeat.dir or the temp dir)",
@@ -572,6 +606,9 @@ def _parser() -> argparse.ArgumentParser:
 
     nimbus = sub.add_parser("nimbus", help="run a nimbus (leader-elected) until SIGTERM/Ctrl-C")
     cluster_args(nimbus)
+    nimbus.add_argument(
+        "--ui-port", type=int, metavar="PORT", help="also serve the Storm UI on PORT (ui.host; 0 = any free port)"
+    )
     nimbus.set_defaults(func=_nimbus)
     supervisor = sub.add_parser("supervisor", help="run a supervisor for this host's slots until SIGTERM/Ctrl-C")
     cluster_args(supervisor)

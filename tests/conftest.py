@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,8 @@ from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from tests.tls_certs import Pki, make_pki
 
 logging.getLogger("spark_storm").setLevel(logging.DEBUG)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +86,31 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     """A CA and certificates generated for this test session (tests/tls_certs.py)."""
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by selenium through chromium-driver (the UI's browser tests)."""
+    chromium = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if chromium is None or driver_path is None:
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them: apt-get install ...)")
+    if not (ROOT / "spark_storm" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").exists():
+        pytest.fail("uPlot is missing: run scripts/fetch-ui-assets (scripts/setup does)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1900",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()

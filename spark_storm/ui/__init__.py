@@ -1,19 +1,21 @@
 """The Storm UI for spark-storm: live pages and a REST API shaped like Storm's ``/api/v1``.
 
-``spark-storm ui`` serves it; ``spark-storm local-cluster --ui-port P`` and the demo serve it
-in-process.  The pages and the API read the cluster through a :class:`ClusterSource`
-(:class:`LocalClusterSource` for heartbeat files; cluster mode plugs in its own) and each
-worker's ``GET /health``.
+``spark-storm ui`` serves it; ``spark-storm local-cluster --ui-port P``, the demo and
+``spark-storm nimbus --ui-port P`` serve it in-process.  The pages and the API read the
+cluster through a :class:`ClusterSource` (:class:`LocalClusterSource` for heartbeat files,
+:class:`ZooKeeperSource` for cluster mode) and each worker's ``GET /health``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from spark_storm.cluster import state as zk
 from spark_storm.config import Config
 from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.server import UIServer
 from spark_storm.ui.source import ClusterSource, ClusterState, NimbusInfo, SupervisorInfo, TopologyRef, WorkerRef
+from spark_storm.ui.zookeeper import ZooKeeperSource
 
 __all__ = [
     "ClusterSource",
@@ -24,8 +26,10 @@ __all__ = [
     "TopologyRef",
     "UIServer",
     "WorkerRef",
+    "ZooKeeperSource",
     "local_ui",
     "serve_local_ui",
+    "zookeeper_ui",
 ]
 
 
@@ -47,3 +51,23 @@ def serve_local_ui(heartbeat_dir: str | Path, conf: Config, *, any_port_if_busy:
         if not any_port_if_busy:
             raise
         return local_ui(heartbeat_dir, conf, port=0).start()
+
+
+def zookeeper_ui(
+    zookeeper: str | zk.ClusterState | None, conf: Config, host: str | None = None, port: int | None = None
+) -> UIServer:
+    """Build (not start) a UI over a cluster whose state is in ZooKeeper.
+
+    ``zookeeper`` is ``HOST:PORT[/chroot]`` (None: ``storm.zookeeper.*``; a session is opened
+    now and closed with the UI) or a started :class:`spark_storm.cluster.state.ClusterState`
+    to share (a nimbus's own; left open).
+    """
+    if isinstance(zookeeper, zk.ClusterState):
+        source = ZooKeeperSource(zookeeper, float(conf.get_int("ui.worker.timeout.secs", minimum=1)))
+    else:
+        source = ZooKeeperSource.connect(zookeeper, conf)
+    try:
+        return UIServer(source, conf, host, port)
+    except BaseException:
+        source.close()
+        raise

@@ -151,7 +151,8 @@ class Sampler:
         if not ref.alive:
             return WorkerReading(ref, None, f"worker is {ref.status}")
         if ref.endpoint is None:
-            return WorkerReading(ref, None, "worker serves no HTTP endpoint (topology.worker.metrics.port is -1)")
+            why = "it is starting, or topology.worker.metrics.port is -1"
+            return WorkerReading(ref, None, f"worker reports no HTTP endpoint ({why})")
         try:
             with urllib.request.urlopen(f"{ref.endpoint}/health", timeout=self.http_timeout_s) as r:
                 data = json.loads(r.read())

@@ -6,8 +6,9 @@ GET ``/api/v1/cluster/summary``, ``/api/v1/cluster/configuration``, ``/api/v1/ni
 shapes) and ``/api/v1/topology/<id>/history`` (ours: executed per second per component for
 the charts).  POST ``/api/v1/topology/<id>/activate``, ``.../deactivate``,
 ``.../rebalance/<wait-secs>``, ``.../kill/<wait-secs>``.  Errors are JSON
-``{"error": ..., "errorMessage": ...}`` with 400, 403, 404, 405, 501 (this cluster cannot
-do that) or 502 (a worker refused).
+``{"error": ..., "errorMessage": ...}`` with 400 (a bad wait time or option), 403, 404, 405,
+501 (this cluster cannot do that) or 502 (a worker, ZooKeeper or nimbus refused or could not
+be reached).
 
 A POST from a browser page of another origin is refused (403): the API has no login, so
 a page on another site must not be able to kill a topology through the user's browser.
@@ -29,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 from spark_storm.config import Config
 from spark_storm.errors import (
     ActionNotSupportedError,
+    ConfigError,
     StormError,
     TopologyActionError,
     UnknownTopologyError,
@@ -217,6 +219,8 @@ class UIServer:
                     self._json(exc.status, {"error": exc.reason, "errorMessage": str(exc)})
                 except UnknownTopologyError as exc:
                     self._json(404, {"error": "Not Found", "errorMessage": str(exc)})
+                except ConfigError as exc:  # an option the source cannot use (numWorkers 0)
+                    self._json(400, {"error": "Bad Request", "errorMessage": str(exc)})
                 except ActionNotSupportedError as exc:
                     self._json(501, {"error": "Not Implemented", "errorMessage": str(exc)})
                 except TopologyActionError as exc:

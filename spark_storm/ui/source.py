@@ -11,9 +11,10 @@ Sources:
   standalone ``spark-storm worker`` processes, found through their heartbeat files;
   activate/deactivate go to each worker's HTTP endpoint, kill is the ordered stop
   (SIGTERM) of its workers, rebalance is not possible (fixed slots).
-* a ZooKeeper source (cluster mode) implements the same protocol from ``/supervisors``,
-  ``/topologies``, ``/assignments`` and ``/heartbeats`` and turns the actions into status
-  changes nimbus carries out.
+* :class:`spark_storm.ui.zookeeper.ZooKeeperSource` — cluster mode: ``/topologies``,
+  ``/assignments``, ``/heartbeats``, ``/supervisors`` and the nimbus election in ZooKeeper;
+  the actions are the ``spark-storm activate|deactivate|rebalance|kill`` functions
+  (:mod:`spark_storm.cluster.admin`): status changes the workers follow and nimbus carries out.
 """
 
 from __future__ import annotations
@@ -83,17 +84,24 @@ class SupervisorInfo:
     slots_total: int
     slots_used: int
     uptime_s: float | None = None
+    ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class NimbusInfo:
-    """A nimbus process; ``status`` is Storm's ``Leader`` / ``Not a Leader`` / ``Dead``."""
+    """A nimbus process; ``status`` is Storm's ``Leader`` / ``Not a Leader`` / ``Dead``.
+
+    ``port`` is None when the nimbus listens on none (ours talk through ZooKeeper only);
+    ``id`` is its name in the leader election (``host:pid``), as ``spark-storm list`` prints it.
+    """
 
     host: str
-    port: int
+    port: int | None
     status: str
     uptime_s: float | None = None
     version: str = ""
+    id: str = ""
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -102,13 +110,18 @@ class TopologyRef:
 
     ``status`` is the cluster's own record (``ACTIVE``, ``INACTIVE``, ``KILLED``,
     ``REBALANCING``) when it keeps one; None means "ask the workers" (a local cluster has
-    no nimbus: the UI derives the status from each worker's ``active`` flag).
+    no nimbus: the UI derives the status from each worker's ``active`` flag).  Likewise
+    ``uptime_s`` (since it was submitted) when the cluster records it, else the oldest
+    worker's uptime; ``assignment_version`` and ``workers_requested`` only in cluster mode.
     """
 
     id: str
     name: str
     workers: tuple[WorkerRef, ...]
     status: str | None = None
+    uptime_s: float | None = None
+    assignment_version: int | None = None
+    workers_requested: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,8 +145,10 @@ class ClusterSource(Protocol):
 
     Every action raises :class:`~spark_storm.errors.UnknownTopologyError` for an unknown
     id, :class:`~spark_storm.errors.ActionNotSupportedError` when this kind of cluster
-    cannot do it (the message says what to do instead), and
-    :class:`~spark_storm.errors.TopologyActionError` when some worker refused it.
+    cannot do it (the message says what to do instead),
+    :class:`~spark_storm.errors.TopologyActionError` when some worker (or ZooKeeper, or
+    nimbus) refused it or could not be reached, and :class:`~spark_storm.errors.ConfigError`
+    for options it cannot use (a rebalance to 0 workers).
     """
 
     def state(self) -> ClusterState:

@@ -7,11 +7,13 @@ added under our own names (``rate``, ``latencyP50Ms``, ``latencyP99Ms``, ``queue
 ``backpressure``, ``writers``).  A number the workers do not report is ``null`` — never a
 made-up zero — and the pages show it as "—".
 
-Rate and capacity are measured here from two readings of the workers' counters
-``ui.rate.window.secs`` apart: rate = executed delta / seconds, capacity = time spent in
-``execute`` (``busy_s``, else executed x mean latency) delta / seconds — Storm's definition,
-for the executor's thread.  A worker's own ``rate`` / ``capacity`` keys cover only the time
-since whoever read it last, so they are shown only until the UI has two readings.
+Rate and capacity are the workers' own: each worker's timer measures every task's rate
+(executed per second) and its executor's capacity (time spent in ``execute`` per second,
+Storm's definition, for the executor's thread) once a second, so every reader — this UI,
+another one, a Prometheus scrape — sees the same figures.  For a worker that does not
+report them, the UI measures them itself from two readings of the counters
+``ui.rate.window.secs`` apart (executed delta / seconds; ``busy_s`` — else executed x mean
+latency — delta / seconds).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from urllib.parse import quote
 
 from spark_storm import __version__
 from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, busy_ms
+from spark_storm.ui.source import NimbusInfo
 
 __all__ = [
     "chart_history",
@@ -123,6 +126,8 @@ def _alive(reading: TopologyReading) -> list[WorkerReading]:
 
 
 def _uptime(reading: TopologyReading) -> float | None:
+    if reading.ref.uptime_s is not None:
+        return reading.ref.uptime_s
     ups = [_worker_uptime(w) for w in _alive(reading)]
     known = [u for u in ups if u is not None]
     return max(known) if known else None
@@ -155,6 +160,8 @@ def _topology_row(reading: TopologyReading) -> dict[str, Any]:
         "tasksTotal": sum(_tasks_of(n) for n in names),
         "workersTotal": len(_alive(reading)),
         "executorsTotal": len(names),
+        "workersRequested": reading.ref.workers_requested,
+        "assignmentVersion": reading.ref.assignment_version,
     }
 
 
@@ -170,7 +177,7 @@ def cluster_summary(snap: Snapshot) -> dict[str, Any]:
         "stormVersion": f"spark-storm {__version__}",
         "clusterKind": state.kind,
         "source": state.description,
-        "nimbusLeader": f"{leader.host}:{leader.port}" if leader else None,
+        "nimbusLeader": _nimbus_name(leader) if leader else None,
         "supervisors": len(state.supervisors),
         "topologies": len(rows),
         "slotsTotal": total,
@@ -182,6 +189,10 @@ def cluster_summary(snap: Snapshot) -> dict[str, Any]:
     }
 
 
+def _nimbus_name(n: NimbusInfo) -> str:
+    return n.id or f"{n.host}:{n.port}"
+
+
 def nimbus_summary(snap: Snapshot) -> dict[str, Any]:
     """``/api/v1/nimbus/summary`` (empty for a local cluster: it has no nimbus)."""
     return {
@@ -189,6 +200,8 @@ def nimbus_summary(snap: Snapshot) -> dict[str, Any]:
             {
                 "host": n.host,
                 "port": n.port,
+                "id": _nimbus_name(n),
+                "pid": n.pid,
                 "status": n.status,
                 "version": n.version,
                 "nimbusUpTime": pretty_seconds(n.uptime_s),
@@ -213,6 +226,8 @@ def supervisor_summary(snap: Snapshot) -> dict[str, Any]:
                 "uptimeSeconds": None if s.uptime_s is None else int(s.uptime_s),
                 "slotsTotal": s.slots_total,
                 "slotsUsed": s.slots_used,
+                "slotsFree": s.slots_total - s.slots_used,
+                "ports": list(s.ports),
             }
             for s in snap.state.supervisors
         ],
@@ -292,17 +307,15 @@ def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[f
         for name, ex in (w.health.get("executors") or {}).items():
             tasks = ex.get("tasks") or {}
             q = ex.get("queue") or {}
-            # The UI's own measurement over its window first: a worker's instantaneous rate and
-            # capacity cover the time since whoever read it last (the UI, the demo, a scrape).
-            measured = rates.get((w.ref.id, name))
+            # The worker's own figures (its timer measures them every second); the UI's
+            # measurement over its window only for a worker that does not report them.
             task_rates = [_num(t, "rate") for t in tasks.values()]
-            rate: float | None
-            capacity: float | None
+            rate = sum(r for r in task_rates if r is not None) if tasks and None not in task_rates else None
+            capacity = _num(ex, "capacity")
+            measured = rates.get((w.ref.id, name))
             if measured is not None:
-                rate, capacity = measured
-            else:
-                rate = sum(r for r in task_rates if r is not None) if tasks and None not in task_rates else None
-                capacity = _num(ex, "capacity")
+                rate = measured[0] if rate is None else rate
+                capacity = measured[1] if capacity is None else capacity
             rows.append(
                 {
                     "id": name,

@@ -7,7 +7,6 @@ and resume the bolts.  One screenshot is kept in ``.artifacts/ui/`` (git-ignored
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,38 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "ui"
 COMPONENTS = ("in", "stage1", "stage2")
 COUNTS = ("executed", "emitted", "acked", "failed")
-
-
-def _browser() -> tuple[str, str]:
-    chromium = shutil.which("chromium")
-    driver = shutil.which("chromedriver")
-    if chromium is None or driver is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them: apt-get install ...)")
-    if not (ROOT / "spark_storm" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").exists():
-        pytest.fail("uPlot is missing: run scripts/fetch-ui-assets (scripts/setup does)")
-    return chromium, driver
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    chromium, driver_path = _browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,1900",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture

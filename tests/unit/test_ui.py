@@ -171,14 +171,19 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
             "ackLatencyP99Ms": 9.0,
         }
     ]
-    # once the UI has two readings, its own measurement over its window wins
-    hist = [_sample(0.0, 0, 0.0), _sample(2.0, 100, 500.0)]
+    # the workers measure rate and capacity every second: their figures win over the UI's own
+    # measurement, which stands in only for a worker that does not report them
+    hist = [_sample(0.0, 0, 0.0), _sample(2.0, 300, 500.0)]
     (comp,) = views.topology_detail(_snap(reading), reading, hist, window_s=5)["bolts"]
-    assert (comp["rate"], comp["capacity"]) == (50.0, "0.250")
+    assert (comp["rate"], comp["capacity"]) == (50.0, "0.750")
     comp_detail = views.component_detail(_snap(reading), reading, [], 5, "split")
     assert comp_detail is not None
     assert [t["rate"] for t in comp_detail["taskStats"]] == [40.0, 10.0]
     assert views.component_detail(_snap(reading), reading, [], 5, "nope") is None
+    del ex["capacity"]
+    del ex["tasks"]["2"]["rate"]
+    (comp,) = views.topology_detail(_snap(reading), reading, hist, window_s=5)["bolts"]
+    assert (comp["rate"], comp["capacity"]) == (150.0, "0.250")  # 300 in 2 s, busy 500 ms of 2 s
 
 
 @pytest.mark.parametrize(

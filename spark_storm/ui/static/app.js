@@ -110,7 +110,7 @@ async function refreshCluster() {
     api("nimbus/summary"),
   ]);
   const stats = document.getElementById("cluster-stats");
-  const leader = summary.nimbusLeader || (summary.clusterKind === "local-cluster" ? "none (local cluster)" : DASH);
+  const leader = summary.nimbusLeader || (summary.clusterKind === "local-cluster" ? "none (local cluster)" : "none: start spark-storm nimbus");
   stats.replaceChildren(
     ...[
       ["Cluster", summary.clusterKind],
@@ -143,7 +143,7 @@ async function refreshCluster() {
   fillTable(
     document.querySelector("#supervisors tbody"),
     supervisors.supervisors.map((s) =>
-      el("tr", {}, cell("id", s.id), cell("host", s.host), cell("uptime", fmt.str(s.uptime)), cell("slots", `${s.slotsUsed} / ${s.slotsTotal}`, "num")),
+      el("tr", { "data-supervisor": s.id }, cell("id", s.id), cell("host", s.host), cell("uptime", fmt.str(s.uptime)), cell("slots", `${s.slotsUsed} / ${s.slotsTotal}`, "num")),
     ),
     "no supervisor (no live worker)",
     4,
@@ -155,6 +155,7 @@ async function refreshCluster() {
         "tr",
         {},
         cell("slot", w.id),
+        cell("supervisor", fmt.str(w.supervisorId)),
         el("td", {}, el("a", { href: `topology.html?id=${encodeURIComponent(w.topologyId)}` }, w.topologyName)),
         el("td", {}, badge(w.status)),
         cell("uptime", fmt.str(w.uptime)),
@@ -163,11 +164,11 @@ async function refreshCluster() {
       ),
     ),
     "no slot in use",
-    6,
+    7,
   );
   fillTable(
     document.querySelector("#nimbus tbody"),
-    nimbus.nimbuses.map((n) => el("tr", {}, cell("host", `${n.host}:${n.port}`), el("td", {}, badge(n.status)), cell("uptime", fmt.str(n.nimbusUpTime)), cell("version", n.version))),
+    nimbus.nimbuses.map((n) => el("tr", { "data-nimbus": n.id }, cell("host", n.id || `${n.host}:${n.port}`), el("td", {}, badge(n.status)), cell("uptime", fmt.str(n.nimbusUpTime)), cell("version", fmt.str(n.version)))),
     summary.clusterKind === "local-cluster" ? "a local cluster has no nimbus (cluster mode has one)" : "no nimbus found",
     4,
   );
@@ -176,6 +177,7 @@ async function refreshCluster() {
 }
 
 // ------------------------------------------------------------------ topology page
+let currentTopology = null; // the last reading: the rebalance dialog starts from its worker count
 const compact = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
 const charts = new Map(); // component -> {plot, node, title}
 window.sparkStormCharts = charts; // read by the browser test: what each chart holds
@@ -272,11 +274,17 @@ async function refreshTopology() {
   document.getElementById("crumb").textContent = topo.name;
   document.getElementById("status").replaceChildren(badge(topo.status));
   const totals = topo.topologyStats[0];
+  currentTopology = topo;
+  const workers = topo.workersRequested === null || topo.workersRequested === undefined
+    ? fmt.int(topo.workersTotal)
+    : `${fmt.int(topo.workersTotal)} of ${fmt.int(topo.workersRequested)}`;
+  const assignment = topo.assignmentVersion === null || topo.assignmentVersion === undefined ? [] : [["Assignment", `v${topo.assignmentVersion}`]];
   document.getElementById("topology-stats").replaceChildren(
     ...[
       ["Status", topo.status],
       ["Uptime", fmt.str(topo.uptime)],
-      ["Workers", fmt.int(topo.workersTotal)],
+      ["Workers", workers],
+      ...assignment,
       ["Executors", fmt.int(topo.executorsTotal)],
       ["Tasks", fmt.int(topo.tasksTotal)],
       ["Emitted", fmt.int(totals.emitted)],
@@ -399,27 +407,40 @@ function setupActions() {
   const text = document.getElementById("confirm-text");
   const waitRow = document.getElementById("confirm-wait-row");
   const wait = document.getElementById("confirm-wait");
+  const workersRow = document.getElementById("confirm-workers-row");
+  const workers = document.getElementById("confirm-workers");
   let pending = null;
   const ask = (op, question, needsWait) => {
     pending = op;
     text.textContent = question;
     waitRow.style.display = needsWait ? "" : "none";
+    workersRow.style.display = op === "rebalance" ? "" : "none";
+    if (op === "rebalance" && currentTopology) workers.value = String(currentTopology.workersRequested || currentTopology.workersTotal || 1);
     dialog.showModal();
   };
   const id = params.get("id");
   document.getElementById("btn-activate").onclick = () => ask("activate", `Activate topology ${id}? Its executors consume again.`, false);
   document.getElementById("btn-deactivate").onclick = () =>
     ask("deactivate", `Deactivate topology ${id}? Executors stop consuming; their queues fill and hold senders back.`, false);
-  document.getElementById("btn-rebalance").onclick = () => ask("rebalance", `Rebalance topology ${id}?`, true);
-  document.getElementById("btn-kill").onclick = () =>
-    ask("kill", `Kill topology ${id}? Its workers drain and stop (ordered shutdown) after the wait.`, true);
+  document.getElementById("btn-rebalance").onclick = () =>
+    ask("rebalance", `Rebalance topology ${id}? Nimbus reassigns its executors over this many workers.`, true);
+  document.getElementById("btn-kill").onclick = () => {
+    const cluster = currentTopology && currentTopology.clusterKind === "cluster";
+    const when = cluster ? "now; nimbus removes the topology after the wait" : "after the wait";
+    ask("kill", `Kill topology ${id}? Its workers drain and stop (ordered shutdown) ${when}.`, true);
+  };
   document.getElementById("confirm-cancel").onclick = () => dialog.close();
   document.getElementById("confirm-ok").onclick = async () => {
     dialog.close();
     const op = pending;
     const path = op === "rebalance" || op === "kill" ? `${op}/${Math.max(0, parseInt(wait.value || "0", 10))}` : op;
+    const options = { method: "POST" };
+    if (op === "rebalance") {
+      options.headers = { "Content-Type": "application/json" };
+      options.body = JSON.stringify({ rebalanceOptions: { numWorkers: parseInt(workers.value || "1", 10) } });
+    }
     try {
-      const r = await api(`topology/${encodeURIComponent(id)}/${path}`, { method: "POST" });
+      const r = await api(`topology/${encodeURIComponent(id)}/${path}`, options);
       showMessage("ok", `${r.topologyOperation} ${r.topologyId}: ${r.status}`);
       await refreshTopology();
     } catch (e) {
