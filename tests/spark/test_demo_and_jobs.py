@@ -41,36 +41,30 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     assert "UI: http://127.0.0.1:" in out.stdout
 
 
+def run_wordcount_job(
+    master: list[str], wordcount: Path, cluster: LocalCluster, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``spark-submit <master args> jobs/wordcount_to_storm.py`` into ``cluster``; the run and rows it sent."""
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    job = [str(ROOT / "jobs" / "wordcount_to_storm.py"), "--topology", str(wordcount), "--workers", cluster.workers_arg]
+    job += ["--seconds", "2", "--min-batches", "2", "--rows-per-second", "200"]
+    out = subprocess.run(
+        [str(spark_submit), *master, *job],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    sent = int(out.stdout.split("sent ")[-1].split()[0])
+    assert sent > 0
+    return out, sent
+
+
 def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
     wordcount = _wordcount(tmp_path)
-    spark_submit = Path(sys.executable).parent / "spark-submit"
     with LocalCluster(str(wordcount), 2) as cluster:
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-        out = subprocess.run(
-            [
-                str(spark_submit),
-                "--master",
-                "local[2]",
-                str(ROOT / "jobs" / "wordcount_to_storm.py"),
-                "--topology",
-                str(wordcount),
-                "--workers",
-                cluster.workers_arg,
-                "--seconds",
-                "2",
-                "--min-batches",
-                "2",
-                "--rows-per-second",
-                "200",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        sent = int(out.stdout.split("sent ")[-1].split()[0])
-        assert sent > 0
+        _, sent = run_wordcount_job(["--master", "local[2]"], wordcount, cluster)
         received = sum(health(cluster, s)["counters"]["source_tuples_in"] for s in cluster.slots)
         assert received == sent
     finals = [
