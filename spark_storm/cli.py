@@ -214,7 +214,7 @@ def _nimbus(args: argparse.Namespace) -> int:
         # Leader or not, this nimbus serves the UI over its own session: every nimbus reads the same state.
         try:
             ui = _start_ui(zookeeper_ui(nimbus.state, conf, None, args.ui_port))
-        except BaseException:
+        except BaseException:  # the nimbus goes down with the error, which is re-raised
             nimbus.stop()
             raise
         print(f"nimbus {nimbus.identifier}: UI on {ui.url}", flush=True)

@@ -213,7 +213,7 @@ class Supervisor:
                         self.sync()
                     except (ZooKeeperUnavailableError, ClusterError) as exc:
                         logger.warning("supervisor %s: sync failed (%s); workers keep running", self.id, exc)
-                    except Exception:
+                    except Exception:  # logged with its traceback; the loop goes on
                         logger.exception("supervisor %s: sync failed; workers keep running", self.id)
                 self._wake.wait(self.monitor_every)
         finally:

@@ -68,6 +68,6 @@ def zookeeper_ui(
         source = ZooKeeperSource.connect(zookeeper, conf)
     try:
         return UIServer(source, conf, host, port)
-    except BaseException:
+    except BaseException:  # the ZooKeeper session goes with it; the error is re-raised
         source.close()
         raise

@@ -114,7 +114,7 @@ def test_out_of_file_descriptors_backs_off_logs_once_and_recovers(tmp_path: Path
                 raw_handshake(sock)
         wait_until(lambda: server.metrics()["accept_resource_errors"] >= 1, what="EMFILE on accept")
         cpu0 = cpu_seconds(server.pid)
-        time.sleep(1.0)
+        time.sleep(1.0)  # the window the CPU use is measured over (not a wait for a condition)
         cpu = cpu_seconds(server.pid) - cpu0
         # While out of descriptors the good client still gets in, once idle peers time out.
         started = time.monotonic()
