@@ -33,7 +33,7 @@ import atexit
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ from spark_storm.spark.options import StormOptions
 from spark_storm.topology import Slot
 from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
+from spark_storm.worker.payloads import arrow_payload
 from spark_storm.worker.serializer import MsgpackSerializer
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "DeliveryError",
     "StormCommitMessage",
     "await_acks",
+    "coalesce",
     "commit_batch",
     "route_batch",
     "write_partition",
@@ -90,7 +92,8 @@ class _Pool:
 
     @staticmethod
     def _ckey(options: StormOptions) -> str:
-        return repr(sorted((k, repr(v)) for k, v in options.messaging_conf().items()))
+        # The user's keys name the context: the defaults under them are the same in every call.
+        return repr(sorted((k, repr(v)) for k, v in options.conf.items()))
 
     def follow(self, options: StormOptions) -> None:
         """Cluster mode: on a newer assignment, close the connections to workers it no longer names.
@@ -119,7 +122,6 @@ class _Pool:
             threading.Thread(target=lambda: [c.close() for c in closing], name="storm-pool-close", daemon=True).start()
 
     def connection(self, options: StormOptions, slot: Slot) -> IConnection:
-        conf = options.messaging_conf()
         ckey = self._ckey(options)
         key = (ckey, options.topology_id, slot)
         with self._lock:
@@ -128,7 +130,7 @@ class _Pool:
                 return conn
             ctx = self._contexts.get(ckey)
             if ctx is None:
-                ctx = self._contexts[ckey] = make_context(conf)
+                ctx = self._contexts[ckey] = make_context(options.messaging_conf())
             conn = self._conns[key] = ctx.connect(options.topology_id, slot.host, slot.port)
             return conn
 
@@ -164,13 +166,6 @@ def _ids(options: StormOptions) -> tuple[str, int, int, int]:
     return query_id, batch_id, partition, attempt
 
 
-def _arrow_payload(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
-
-
 def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[TaskMessage]:
     out = []
     if options.serializer == "msgpack":
@@ -180,7 +175,7 @@ def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[Ta
             out.append(TaskMessage(task, ser.dumps(list(values))))
         return out
     for start in range(0, rows.num_rows, options.max_rows):
-        out.append(TaskMessage(task, _arrow_payload(rows.slice(start, options.max_rows))))
+        out.append(TaskMessage(task, arrow_payload(rows.slice(start, options.max_rows))))
     return out
 
 
@@ -199,6 +194,31 @@ def route_batch(options: StormOptions, router: Router, rb: pa.RecordBatch) -> di
     for task, rows in pieces:
         by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
     return by_slot
+
+
+def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """Join consecutive record batches until each holds at least ``rows`` rows (the last may hold fewer).
+
+    Spark hands a writer batches of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows
+    (10,000), which routing cuts into one piece per task: joined first, the pieces reach
+    ``maxRowsPerMessage`` and a partition is sent in fewer, fuller groups.  Deterministic in
+    the batches it is given, so a retried task sends the same groups.  Empty batches go.
+    """
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for rb in batches:
+        if rb.num_rows == 0:
+            continue
+        if not held and rb.num_rows >= rows:
+            yield rb
+            continue
+        held.append(rb)
+        count += rb.num_rows
+        if count >= rows:
+            yield held[0] if len(held) == 1 else pa.concat_batches(held)
+            held, count = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
 def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) -> StormCommitMessage:
@@ -227,13 +247,12 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     # worker would otherwise drop them as replays of different rows).  0 in static mode.
     version_base = options.assignment_version << 32
     started = time.monotonic()
-    for rb in batches:
-        if rb.num_rows == 0:
-            continue
+    conns: dict[Slot, IConnection] = {}
+    for rb in coalesce(batches, options.max_rows * len(options.tasks)):
         by_slot = route_batch(options, router, rb)
         for slot in sorted(by_slot):
             msgs = by_slot[slot]
-            conn = POOL.connection(options, slot)
+            conn = conns.get(slot) or conns.setdefault(slot, POOL.connection(options, slot))
             if options.delivery:
                 header = BatchHeader(
                     query_id, batch_id, partition, version_base + sequence, len(msgs), options.delivery

@@ -76,13 +76,14 @@ _KEEPALIVE = encode_control(Eob())
 
 
 class _ServerConn:
-    __slots__ = ("deadline", "last_read", "out", "peer", "proto", "sock", "tls_pending")
+    __slots__ = ("deadline", "events", "last_read", "out", "peer", "proto", "sock", "tls_pending")
     proto: ServerPeer  # set right after construction: it needs the connection for its replies
 
     def __init__(self, sock: socket.socket, peer: str, deadline: float, tls_pending: bool) -> None:
         self.sock = sock
         self.peer = peer
         self.out = bytearray()
+        self.events = selectors.EVENT_READ  # what the selector watches for it now
         self.deadline = deadline
         self.last_read = time.monotonic()
         self.tls_pending = tls_pending
@@ -139,6 +140,8 @@ class TcpServer(IOThreadServer):
         self._port: int = listener.getsockname()[1]
         self._conns: dict[socket.socket, _ServerConn] = {}
         self._directed: deque[tuple[_ServerConn, bytes]] = deque()
+        self._wake_pending = False  # a poke is on its way: replies from other threads need no new one
+        self._dirty: dict[_ServerConn, None] = {}  # connections with replies queued this turn of the loop
         self._tls_buffered: set[_ServerConn] = set()
         self._accept_paused_until: float | None = None
         self._accept_backoff = _ACCEPT_BACKOFF_MIN_S
@@ -168,8 +171,10 @@ class TcpServer(IOThreadServer):
                 self._dispatch(self._sel.select(timeout=timeout))
                 if self._tls_buffered:
                     self._read_tls_buffered()
-                if self._directed:
-                    self._broadcast_commands()
+                if self._directed or self._commands:
+                    self._queue_commands()
+                if self._dirty:
+                    self._flush_dirty()
                 now = time.monotonic()
                 if now >= self._next_sweep:
                     self._next_sweep = now + _SWEEP_S
@@ -195,8 +200,8 @@ class TcpServer(IOThreadServer):
         if data == "accept":
             self._accept()
         elif data == "wake":
-            self._waker.drain()
-            self._broadcast_commands()
+            self._wake_pending = False  # before draining: a reply queued from now on pokes again
+            self._waker.drain()  # the loop queues and writes what the pokes were for
         elif isinstance(data, _ServerConn):
             if data.tls_pending:
                 self._tls_handshake(data)
@@ -299,10 +304,10 @@ class TcpServer(IOThreadServer):
         try:
             sock.do_handshake()
         except ssl.SSLWantReadError:
-            self._sel.modify(sock, selectors.EVENT_READ, conn)
+            self._watch(conn, selectors.EVENT_READ)
             return
         except ssl.SSLWantWriteError:
-            self._sel.modify(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            self._watch(conn, selectors.EVENT_READ | selectors.EVENT_WRITE)
             return
         except (ssl.SSLError, OSError) as exc:
             self.count("auth_failures" if isinstance(exc, ssl.SSLCertVerificationError) else "protocol_errors")
@@ -313,7 +318,7 @@ class TcpServer(IOThreadServer):
             return
         conn.tls_pending = False
         conn.last_read = time.monotonic()
-        self._sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0), conn)
+        self._watch(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0))
         if sock.pending():
             self._tls_buffered.add(conn)
 
@@ -376,7 +381,7 @@ class TcpServer(IOThreadServer):
             return
         if replies:
             conn.out += b"".join(replies)
-            self._write(conn)
+            self._dirty[conn] = None
 
     def _reject(self, conn: _ServerConn, exc: Exception, counter: str) -> None:
         self.count(counter)
@@ -400,26 +405,42 @@ class TcpServer(IOThreadServer):
         if len(conn.out) > self._max_frame:
             self._reject(conn, WireFormatError("it does not read the server's replies"), "protocol_errors")
             return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
-        self._sel.modify(conn.sock, events, conn)
+        self._watch(conn, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0))
+
+    def _watch(self, conn: _ServerConn, events: int) -> None:
+        if events != conn.events:  # a syscall: only when it changes
+            conn.events = events
+            self._sel.modify(conn.sock, events, conn)
 
     def _reply_to(self, conn: _ServerConn, frame: bytes) -> None:
-        # From any thread (acks come from executor threads): the I/O thread writes it.
+        # From any thread (acks come from executor threads): the I/O thread writes it.  On the
+        # I/O thread itself (a group accepted while it was read) no wake is needed: the loop
+        # writes what is queued before it selects again.
         self._directed.append((conn, frame))
-        self._waker.poke()
+        if not self._wake_pending and threading.current_thread() is not self._thread:
+            self._wake_pending = True
+            self._waker.poke()
 
-    def _broadcast_commands(self) -> None:
+    def _queue_commands(self) -> None:
         while self._directed:
             conn, frame = self._directed.popleft()
             if conn.sock in self._conns:
                 conn.out += frame
-                self._write(conn)
+                self._dirty[conn] = None
         while self._commands:
             frame = self._commands.popleft()
-            for conn in list(self._conns.values()):
+            for conn in self._conns.values():
                 if conn.proto.ready and not conn.tls_pending:
                     conn.out += frame
-                    self._write(conn)
+                    self._dirty[conn] = None
+
+    def _flush_dirty(self) -> None:
+        # Once per turn of the loop, one send per connection: the replies to everything read in
+        # this turn (receipts, acks of many groups) leave together.
+        dirty, self._dirty = self._dirty, {}
+        for conn in dirty:
+            if conn.sock in self._conns:  # dropped meanwhile
+                self._write(conn)
 
     def _sweep(self, now: float) -> None:
         """Drop connections past their handshake deadline or idle timeout; resume accepting."""
@@ -571,7 +592,8 @@ class TcpClient(SessionClient):
         proto = ClientProtocol(self, self._session, self._secret, self._peer, self._max_frame)
         out = bytearray(proto.hello())
         sel = selectors.DefaultSelector()
-        sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE, "sock")
+        watching = selectors.EVENT_READ | selectors.EVENT_WRITE
+        sel.register(sock, watching, "sock")
         sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
         handshake_deadline = time.monotonic() + self._handshake_s
         flush_at: float | None = None
@@ -617,7 +639,10 @@ class TcpClient(SessionClient):
                 buffered = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
                 if buffered:
                     timeout = 0.0  # decrypted bytes wait inside the TLS layer, where select() cannot see them
-                sel.modify(sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0), "sock")
+                wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
+                if wanted != watching:  # a syscall: only when it changes
+                    watching = wanted
+                    sel.modify(sock, wanted, "sock")
                 events = sel.select(timeout)
                 if buffered and not any(k.data == "sock" for k, _ in events):
                     self._read(sock, proto, out)

@@ -134,3 +134,16 @@ def test_shuffle_split_cuts_zero_copy_slices_and_rotates_the_first_target() -> N
     assert [t for t, _ in router.split(pa.record_batch({"x": [9]}))] == [1]
     assert [t for t, _ in router.split(pa.record_batch({"x": [9]}))] == [2]
     assert Router([4, 5], "none").grouping == "shuffle"
+
+
+def test_the_writer_joins_sparks_small_batches_in_order_and_the_same_way_each_time() -> None:
+    from spark_storm.spark.writer import coalesce
+
+    sizes = [3, 0, 4, 10, 2, 1]
+    starts = np.cumsum([0, *sizes])
+    batches = [pa.record_batch({"n": np.arange(s, s + k)}) for s, k in zip(starts, sizes, strict=False)]
+    joined = list(coalesce(batches, 6))
+    assert [b.num_rows for b in joined] == [7, 10, 3]  # 3+4 (the empty one gone), 10 alone, the rest
+    assert [v for b in joined for v in b.column("n").to_pylist()] == list(range(20))
+    assert [b.num_rows for b in coalesce(batches, 6)] == [7, 10, 3]
+    assert list(coalesce([], 6)) == []

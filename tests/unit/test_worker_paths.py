@@ -301,3 +301,14 @@ def test_a_delivery_group_for_a_task_that_moved_is_refused_so_the_sender_replans
     world.receiver.recv_group(header, MessageBatch([4], [msgpack.packb(["k", 1])]), statuses.append)  # task 4 is B's
     assert statuses == [FAILED]
     assert world.transfer.queue.take(10, 0) == []  # not forwarded: its tracking could not follow
+
+
+@pytest.mark.parametrize("metadata", [None, b"\x93\x03\xa1s\xc0"])
+def test_arrow_payload_is_the_stream_pyarrow_writes(metadata: bytes | None) -> None:
+    data = pa.record_batch({"key": ["x", None, "zz", "w"], "n": [1, 2, 3, 4]}).slice(1, 2)
+    schema = data.schema if metadata is None else data.schema.with_metadata({b"storm": metadata})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(data.replace_schema_metadata(schema.metadata))
+    assert arrow_payload(data, metadata) == sink.getvalue().to_pybytes()
+    assert pa.ipc.open_stream(arrow_payload(data, metadata)).read_all().to_pylist() == data.to_pylist()
