@@ -4,10 +4,11 @@ One call of :func:`write_partition` is one Spark task (partition) of one micro-b
 
 1. the batch id / query id come from the task's local properties
    (``streaming.sql.batchId``, ``sql.streaming.queryId``) unless given explicitly;
-2. each Arrow record batch is routed to task ids with numpy (:mod:`spark_storm.topology.routing`), split per
-   task, and packed into Arrow IPC payloads of at most ``maxRowsPerMessage`` rows
-   (no per-row Python work);
-3. per destination worker the messages of a record batch form one *group*, tagged
+2. Spark's Arrow record batches are joined up to ``maxRowsPerMessage`` x tasks rows
+   (:func:`coalesce`), then each is routed to task ids with numpy
+   (:mod:`spark_storm.topology.routing`), split per task, and packed into Arrow IPC
+   payloads of at most ``maxRowsPerMessage`` rows (no per-row Python work);
+3. per destination worker the messages of a joined batch form one *group*, tagged
    (query, batch, partition, sequence) — the sequence counts groups in send order, so
    a retried task sends the very same groups and the workers drop the ones they have;
 4. the task returns its commit message only when every group is acknowledged at the
