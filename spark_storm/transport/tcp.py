@@ -171,6 +171,9 @@ class TcpServer(IOThreadServer):
                 self._dispatch(self._sel.select(timeout=timeout))
                 if self._tls_buffered:
                     self._read_tls_buffered()
+                # Cleared after the select drained the waker and before the queues are read: a
+                # reply queued after this point pokes again, one queued before it is read now.
+                self._wake_pending = False
                 if self._directed or self._commands:
                     self._queue_commands()
                 if self._dirty:
@@ -200,7 +203,6 @@ class TcpServer(IOThreadServer):
         if data == "accept":
             self._accept()
         elif data == "wake":
-            self._wake_pending = False  # before draining: a reply queued from now on pokes again
             self._waker.drain()  # the loop queues and writes what the pokes were for
         elif isinstance(data, _ServerConn):
             if data.tls_pending:
