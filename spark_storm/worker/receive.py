@@ -244,7 +244,10 @@ class Receiver:
             if not items:
                 continue
             queue = host.queue_of(task)
-            assert queue is not None
+            if queue is None:  # a refresh moved the task away since kind_of(): deliver where it is now
+                host.reroute([item for item, _ in items], [weight for _, weight in items])
+                published += sum(weight for _, weight in items)
+                continue
             entry = publish.get(id(queue))
             if entry is None:
                 entry = publish[id(queue)] = (queue, [], [])

@@ -215,6 +215,10 @@ class WorkerState:
         assert self.receiver is not None
         self.receiver.unknown(messages)
 
+    def deliver_local(self, messages: list[TaskMessage]) -> None:
+        assert self.receiver is not None
+        self.receiver.transfer_local([m.task for m in messages], [m.payload for m in messages])
+
     def acker_ops(self, worker: int, ops: list[list[Any]]) -> None:
         if worker == self._worker_id:
             acker = self._acker

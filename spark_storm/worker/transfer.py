@@ -52,6 +52,9 @@ class TransferHost(Protocol):
     def unknown(self, messages: list[TaskMessage]) -> None:
         """Messages for tasks no worker of the plan runs."""
 
+    def deliver_local(self, messages: list[TaskMessage]) -> None:
+        """Messages for tasks that moved to this worker after they were queued (a refresh)."""
+
 
 class WorkerTransfer:
     """Remote emits -> grouped by destination worker -> ``send`` (one thread).
@@ -70,6 +73,7 @@ class WorkerTransfer:
         self._held: list[Outbound] = []
         self._held_tuples = 0
         self._held_tasks: set[int] = set()
+        self._unconnected: set[Slot] = set()  # reported once until a connection to it appears
         self._done = 0
         self.sent_messages = 0
 
@@ -139,12 +143,21 @@ class WorkerTransfer:
             host.unknown(unknown)
         held_tasks = self._held_tasks
         for slot, group in by_slot.items():
+            if slot == host.slot:
+                # Emitted for a remote task that a refresh has since moved here: what is held for
+                # it went through here first (held items are retried before new ones), so the
+                # order per (source, destination) task holds.
+                host.deliver_local([m for m, _ in group])
+                continue
             conn = connections.get(slot)
             if conn is None:
-                logger.error("worker %s: no connection to %s; holding %d messages", host.slot, slot, len(group))
+                if slot not in self._unconnected:  # retried every few ms: say it once
+                    self._unconnected.add(slot)
+                    logger.error("worker %s: no connection to %s; holding its messages", host.slot, slot)
                 for item in group:
                     self._hold(item)
                 continue
+            self._unconnected.discard(slot)
             bp = conn.backpressure_tasks()
             if bp or held_tasks:
                 ready = []

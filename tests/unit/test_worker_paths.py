@@ -205,6 +205,19 @@ def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world:
         runner.join(5)
 
 
+def test_queued_messages_for_a_task_that_moved_here_are_delivered_here_in_order(world: World) -> None:
+    # Emitted while task 5 was remote, taken by the transfer thread after a refresh moved it
+    # here: delivered through the receive path, not held for a connection to ourselves.
+    first, second = (pack_tuples(world.state.serializer, 3, "default", [[f"k{i}", i]], None) for i in (1, 2))
+    world.transfer.queue.publish([(TaskMessage(5, first), 1), (TaskMessage(5, second), 1)], [1, 1])
+    world.transfer.queue.close()
+    runner = threading.Thread(target=world.transfer.run, daemon=True)  # ends once drained, nothing held
+    runner.start()
+    runner.join(10)
+    assert not runner.is_alive(), f"the transfer thread still holds {world.transfer.held} tuples"
+    assert [t.values for _, tuples in world.queued(5) for t in tuples] == [["k1", 1], ["k2", 2]]
+
+
 def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_item(world: World) -> None:
     mid = next(e for s, e in world.state.executors.items() if s.component == "mid")  # mid[3] on A
     mid.emitter.owner = threading.get_ident()
