@@ -97,27 +97,13 @@ def arrow_payload(data: pa.RecordBatch, metadata: bytes | None = None) -> bytes:
     """One record batch as an Arrow IPC stream, with ``storm`` schema metadata if given.
 
     The stream is assembled from its three parts (schema message, record batch message,
-    end-of-stream marker) -- the bytes ``pyarrow.ipc.new_stream`` writes, at a third of its
-    cost; the schema message of a payload without metadata is encoded once per schema.
+    end-of-stream marker): the bytes ``pyarrow.ipc.new_stream`` writes, at half its cost.
     """
-    if metadata is None:
-        head = _schema_message(data.schema)
-    else:
-        head = data.schema.with_metadata({STORM_METADATA_KEY: metadata}).serialize().to_pybytes()
-    return b"".join((head, data.serialize().to_pybytes(), _END_OF_STREAM))
+    schema = data.schema if metadata is None else data.schema.with_metadata({STORM_METADATA_KEY: metadata})
+    return b"".join((schema.serialize().to_pybytes(), data.serialize().to_pybytes(), _END_OF_STREAM))
 
 
 _END_OF_STREAM: Final = ARROW_STREAM_MAGIC + b"\x00\x00\x00\x00"
-_SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
-
-
-def _schema_message(schema: pa.Schema) -> bytes:
-    head = _SCHEMA_MESSAGES.get(schema)
-    if head is None:
-        if len(_SCHEMA_MESSAGES) >= 64:  # bounded: a long-lived process may see many schemas
-            _SCHEMA_MESSAGES.clear()
-        head = _SCHEMA_MESSAGES[schema] = schema.serialize().to_pybytes()
-    return head
 
 
 def columnar_metadata(source_task: int, stream: str, anchors: list[Anchor] | None) -> bytes:

@@ -325,3 +325,11 @@ def test_arrow_payload_is_the_stream_pyarrow_writes(metadata: bytes | None) -> N
         writer.write_batch(data.replace_schema_metadata(schema.metadata))
     assert arrow_payload(data, metadata) == sink.getvalue().to_pybytes()
     assert pa.ipc.open_stream(arrow_payload(data, metadata)).read_all().to_pylist() == data.to_pylist()
+
+
+def test_arrow_payloads_keep_each_schemas_own_metadata() -> None:
+    # pyarrow's schema == ignores metadata: nothing may be shared between schemas that differ only there
+    plain = pa.record_batch({"n": [1]})
+    tagged = plain.replace_schema_metadata({b"origin": b"spark"})
+    for data in (plain, tagged, plain):
+        assert pa.ipc.open_stream(arrow_payload(data)).schema.metadata == data.schema.metadata
