@@ -22,9 +22,22 @@ from spark_storm.errors import StormError
 from spark_storm.netutil import free_ports
 from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
-__all__ = ["KafkaBroker", "KafkaBrokerError", "default_jars_dir"]
+__all__ = ["KafkaBroker", "KafkaBrokerError", "default_jars_dir", "new_cluster_id"]
 
 logger = logging.getLogger(__name__)
+
+
+def new_cluster_id() -> str:
+    """Return a new KRaft cluster id: a random UUID in unpadded base64url not starting with "-".
+
+    The storage tool's option parser takes an id starting with "-" for an option ("argument
+    --cluster-id: expected one argument"), about one id in 64; Kafka's own ``Uuid.randomUuid``
+    draws again in that case, and so does this.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBrokerError(StormError):
@@ -105,7 +118,7 @@ class KafkaBroker:
         )
         classpath = os.pathsep.join(str(j) for j in jars)
         java = ["java", "-Xms256m", "-Xmx512m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True,

@@ -45,3 +45,16 @@ def test_kafka_cli_start_status_stop(kafka_jars: Path, tmp_path: Path) -> None:
     stopped = cli("stop")
     assert "kafka broker stopped" in stopped.stdout
     assert cli("status").returncode == 1
+
+
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    # The storage tool reads "-t -abc..." as a missing value: one random id in 64 failed the start.
+    import base64
+    import uuid
+
+    from spark_storm.tools.kafka_broker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(uuid.UUID(bytes=base64.urlsafe_b64decode(i + "==")) for i in ids)
+    assert len(set(ids)) == len(ids)
