@@ -129,10 +129,10 @@ class Nimbus:
             self._election = self.state.election(self.identifier)
             try:
                 self._election.run(self._lead)
-            except Exception:
+            except Exception as exc:  # a lost session or a failed term as leader: contend again
                 if self._stop.is_set():
                     break
-                logger.exception("nimbus %s: election failed; contending again", self.identifier)
+                logger.exception("nimbus %s: election failed (%r); contending again", self.identifier, exc)
                 self._stop.wait(1.0)
 
     def _lead(self) -> None:

@@ -550,8 +550,8 @@ class ClusterState:
         for listener in list(self._listeners):
             try:
                 listener(name)
-            except Exception:
-                logger.exception("ZooKeeper state listener %r failed", listener)
+            except Exception as exc:  # one failing listener must not starve the others
+                logger.exception("ZooKeeper state listener %r failed on %r: %r", listener, name, exc)
 
     def _restore_ephemerals(self) -> None:
         with self._lock:
@@ -1041,5 +1041,5 @@ class ClusterState:
 def _safe(callback: Callable[[Any], None], value: Any, *, what: str) -> None:
     try:
         callback(value)
-    except Exception:
-        logger.exception("%s: callback %r failed", what, callback)
+    except Exception as exc:  # a watch callback raising must not end kazoo's watch
+        logger.exception("%s: callback %r failed: %r", what, callback, exc)
