@@ -171,6 +171,20 @@ class BatchQueue(Generic[T]):
             self._on_low()
         return out
 
+    def clear(self) -> int:
+        """Drop everything queued (a rollback); return the weight dropped, counted as consumed."""
+        with self._lock:
+            dropped = self._size
+            self._items.clear()
+            self._size = 0
+            self.consumed += dropped
+            self._not_full.notify_all()
+            cleared = self._over_high
+            self._over_high = False
+        if cleared and self._on_low is not None:
+            self._on_low()
+        return dropped
+
     def wake(self) -> None:
         """Wake a waiting consumer (an activate or a stop); returns once no take is under way."""
         with self._lock:
