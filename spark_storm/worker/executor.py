@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import TaskMessage
+from spark_storm.reports import ExecutorMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component, resolve_class
@@ -705,8 +706,8 @@ class Executor:
         for stats in self.stats.values():
             stats.update_rates()
 
-    def metrics(self) -> dict[str, Any]:
-        tasks = {t: s.snapshot() for t, s in self.stats.items()}
+    def metrics(self) -> ExecutorMetrics:
+        tasks = {str(t): s.snapshot() for t, s in self.stats.items()}
         return {
             "component": self.spec.component,
             "source": self.component.source,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError
 from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.reports import ErrorReport
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
@@ -97,7 +98,7 @@ class WorkerState:
         self._task_kind: dict[int, str] = {}
         self._sources: dict[tuple[int, str], TupleSource] = {}
         self._client_sources: dict[int, TupleSource] = {}
-        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self.errors: deque[ErrorReport] = deque(maxlen=50)
         self.transfer: WorkerTransfer | None = None
         self.receiver: Receiver | None = None
 
