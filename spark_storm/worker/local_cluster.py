@@ -166,7 +166,7 @@ class LocalCluster:
                     msg = f"worker {slot} exited with {proc.returncode}:\n{self.log_tail(slot)}"
                     raise StormError(msg)
                 hb = self.heartbeat(slot)
-                if hb and hb.get("status") == "running" and hb.get("pid") == proc.pid:
+                if hb is not None and hb["status"] == "running" and hb["pid"] == proc.pid:
                     pending.remove(slot)
             if pending and time.monotonic() > deadline:
                 msg = f"workers {', '.join(map(str, pending))} not running after {timeout}s:\n" + "\n".join(
