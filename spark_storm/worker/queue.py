@@ -25,13 +25,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from spark_storm.reports import QueueMetrics
 
-__all__ = ["BatchQueue"]
+__all__ = ["BatchQueue", "QueueItem"]
 
 T = TypeVar("T")
+
+#: An executor queue item: (task, list of tuples) or (task, columnar batch); the task may be
+#: BROADCAST_TASK (every task of the executor).
+QueueItem = tuple[int, Any]
 
 
 class BatchQueue(Generic[T]):
