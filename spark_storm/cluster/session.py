@@ -451,18 +451,18 @@ class ZooKeeperSession:
         return True
 
     # -- watches and recipes ----------------------------------------------------------
-    def watch_data(self, path: str, on_data: Callable[[bytes | None, int], None], *, what: str) -> Watch:
-        """Call ``on_data(data, version)`` now and on every change of ``path``; ``(None, -1)`` while it is absent.
+    def watch_data(self, path: str, on_data: Callable[[bytes | None], None], *, what: str) -> Watch:
+        """Call ``on_data(data)`` now and on every change of ``path``; ``on_data(None)`` while it is absent.
 
         The watch survives a lost session (re-armed on the new one).  ``what`` names the
         watch in the log when the callback raises (the watch goes on).
         """
         handle = _Cancellable()
 
-        def fire(data: bytes | None, stat: Any) -> bool | None:
+        def fire(data: bytes | None, _stat: Any) -> bool | None:
             if handle.cancelled:
                 return False
-            _safe(on_data, None if data is None else bytes(data), -1 if stat is None else stat.version, what=what)
+            _safe(on_data, None if data is None else bytes(data), what=what)
             return None
 
         DataWatch(self._client, path, fire)

@@ -346,7 +346,7 @@ class ClusterState:
         path = self.session.path(ASSIGNMENTS, name)
         seen = -1  # the newest version handed to the callback; 0 once it was told "none"
 
-        def on_data(data: bytes | None, _version: int) -> None:
+        def on_data(data: bytes | None) -> None:
             nonlocal seen
             if data is None:
                 if seen != 0:
@@ -369,7 +369,7 @@ class ClusterState:
         path = self.session.path(TOPOLOGIES, name)
         seen: str | None = ""
 
-        def on_data(data: bytes | None, _version: int) -> None:
+        def on_data(data: bytes | None) -> None:
             nonlocal seen
             try:
                 status = None if data is None else TopologyRecord.from_json(data, path).status
@@ -386,7 +386,7 @@ class ClusterState:
         """Call ``callback`` with the topology record now and on every change (status, workers); None once removed."""
         path = self.session.path(TOPOLOGIES, name)
 
-        def on_data(data: bytes | None, _version: int) -> None:
+        def on_data(data: bytes | None) -> None:
             try:
                 record = None if data is None else TopologyRecord.from_json(data, path)
             except (ClusterError, KeyError, TypeError, ValueError) as exc:

@@ -21,7 +21,7 @@ from ZooKeeper instead of a slot list:
 
 Watch callbacks only store the newest value and wake the refresh thread; nothing here
 calls ZooKeeper synchronously once the worker runs, so a ZooKeeper outage or a lost
-session (reconnected by :class:`~spark_storm.cluster.state.ClusterState`, watches re-armed)
+session (reconnected by :class:`~spark_storm.cluster.session.ZooKeeperSession`, watches re-armed)
 never stops the bolts: the worker keeps running its last plan and heartbeats resume
 when the session is back.
 """

@@ -44,7 +44,7 @@ from tests.helpers import wait_until
 pytestmark = pytest.mark.cluster
 
 #: The UI reads the cluster four times a second here (so the test waits less).
-UI_FAST = {**FAST, "ui.sample.interval.ms": 250, "ui.worker.timeout.secs": 5}
+UI_FAST = {**FAST, "ui.sample.interval.ms": 250}
 COUNTS: tuple[Literal["executed", "emitted", "acked", "failed"], ...] = ("executed", "emitted", "acked", "failed")
 
 
