@@ -6,9 +6,10 @@ Nimbus reassigns by these rules and the UI shows them, so both call this module:
   belongs to the first by supervisor id (:func:`slot_owners`);
 * a slot is *used* while an assignment names it, else *free* (:func:`used_slots`);
 * a worker of an assigned slot is ``starting`` until its first heartbeat, ``alive`` while
-  its heartbeat znode keeps changing, and ``dead`` when it never wrote one within
-  ``nimbus.task.launch.secs`` of the assignment or its znode did not change for
-  ``nimbus.task.timeout.secs`` (:class:`WorkerLiveness`).
+  its heartbeat znode keeps changing, and ``dead`` when its slot is no longer live (its
+  supervisor is gone), when it never wrote a heartbeat within ``nimbus.task.launch.secs``
+  of the assignment, or when its znode did not change for ``nimbus.task.timeout.secs``
+  (:class:`WorkerLiveness`).
 
 Heartbeat ages are measured on the judging process's own clock from the moment it saw the
 znode's version change, never by comparing another host's timestamp (Storm does the same):
@@ -110,13 +111,23 @@ class WorkerLiveness:
         with self._lock:
             self._assigned_since.setdefault((topology, slot), time.monotonic() if now is None else now)
 
-    def judge(self, topology: str, slot: Slot, heartbeat: HeartbeatZnode | None, now: float | None = None) -> Verdict:
+    def judge(
+        self,
+        topology: str,
+        slot: Slot,
+        heartbeat: HeartbeatZnode | None,
+        live: Collection[Slot],
+        now: float | None = None,
+    ) -> Verdict:
         """Judge the worker of ``slot`` from its heartbeat znode (None: it has none).
 
-        The first call for a slot starts its launch clock; ``now`` is ``time.monotonic()``.
+        ``live`` holds the slots some supervisor offers (:func:`slot_owners`).  The first call
+        for a slot starts its launch clock; ``now`` is ``time.monotonic()``.
         """
         mono = time.monotonic() if now is None else now
         key = (topology, slot)
+        if slot not in live:
+            return Verdict(DEAD, "its supervisor is gone")
         with self._lock:
             since = self._assigned_since.setdefault(key, mono)
             if heartbeat is None:

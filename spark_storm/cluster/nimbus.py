@@ -232,12 +232,9 @@ class Nimbus:
         if current is not None:
             heartbeats = self.state.read_heartbeats(name)
             for slot in current.slots:
-                if slot not in live:
-                    dead[slot] = "its supervisor is gone"
-                else:
-                    verdict = self.liveness.judge(name, slot, heartbeats.get(slot), now)
-                    if verdict.dead:
-                        dead[slot] = verdict.reason or "dead"
+                verdict = self.liveness.judge(name, slot, heartbeats.get(slot), live, now)
+                if verdict.dead:
+                    dead[slot] = verdict.reason or "dead"
         keep = sorted(s for s in (current.slots if current else ()) if s not in dead)[: record.workers]
         free = [s for s in live if s not in used and s not in dead]
         chosen = keep + self._pick(free, record.workers - len(keep), keep, live)

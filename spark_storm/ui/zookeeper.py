@@ -200,7 +200,7 @@ class ZooKeeperSource:
         executors: tuple[str, ...] = ()
         if assignment is not None and slot in assignment.slots:
             executors = tuple(str(e) for e in assignment.executors_of(slot))
-        verdict = self.liveness.judge(topology, slot, heartbeat)
+        verdict = self.liveness.judge(topology, slot, heartbeat, owner)
         if heartbeat is None:  # assigned; its supervisor has not started it yet, or it never came
             status = DEAD if verdict.dead else STARTING
             return WorkerRef(topology, slot.host, slot.port, status, owner.get(slot, ""), executors=executors)

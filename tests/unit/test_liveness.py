@@ -22,6 +22,9 @@ RECORD: WorkerHeartbeat = {
 }
 
 
+LIVE = {SLOT, Slot("10.0.0.2", 6700)}
+
+
 def _znode(version: int) -> HeartbeatZnode:
     return HeartbeatZnode(SLOT, RECORD, version)
 
@@ -29,22 +32,28 @@ def _znode(version: int) -> HeartbeatZnode:
 def test_a_worker_starts_then_lives_while_its_znode_changes_then_dies() -> None:
     judge = WorkerLiveness(task_timeout_s=30, launch_timeout_s=120)
     judge.assigned("t", SLOT, now=0.0)
-    assert judge.judge("t", SLOT, None, now=100.0).state == STARTING
+    assert judge.judge("t", SLOT, None, LIVE, now=100.0).state == STARTING
     assert not judge.heard_from("t", SLOT)
-    assert judge.judge("t", SLOT, _znode(1), now=101.0).state == ALIVE
+    assert judge.judge("t", SLOT, _znode(1), LIVE, now=101.0).state == ALIVE
     assert judge.heard_from("t", SLOT)
-    assert judge.judge("t", SLOT, _znode(1), now=131.0).state == ALIVE  # unchanged 30 s: not yet
-    dead = judge.judge("t", SLOT, _znode(1), now=131.5)
+    assert judge.judge("t", SLOT, _znode(1), LIVE, now=131.0).state == ALIVE  # unchanged 30 s: not yet
+    dead = judge.judge("t", SLOT, _znode(1), LIVE, now=131.5)
     assert (dead.state, dead.dead) == (DEAD, True)
     assert dead.reason == "heartbeat unchanged for more than nimbus.task.timeout.secs=30"
-    assert judge.judge("t", SLOT, _znode(2), now=132.0).state == ALIVE  # a new version: alive again
+    assert judge.judge("t", SLOT, _znode(2), LIVE, now=132.0).state == ALIVE  # a new version: alive again
+
+
+def test_a_slot_no_supervisor_offers_is_dead_whatever_its_heartbeat() -> None:
+    judge = WorkerLiveness(task_timeout_s=30, launch_timeout_s=120)
+    verdict = judge.judge("t", SLOT, _znode(1), live=set(), now=0.0)
+    assert (verdict.dead, verdict.reason) == (True, "its supervisor is gone")
 
 
 def test_a_worker_that_never_heartbeats_is_dead_after_the_launch_timeout() -> None:
     judge = WorkerLiveness(task_timeout_s=30, launch_timeout_s=120)
-    assert judge.judge("t", SLOT, None, now=5.0).state == STARTING  # the first look starts the clock
+    assert judge.judge("t", SLOT, None, LIVE, now=5.0).state == STARTING  # the first look starts the clock
     judge.assigned("t", SLOT, now=50.0)  # kept: the clock runs already
-    verdict = judge.judge("t", SLOT, None, now=125.5)
+    verdict = judge.judge("t", SLOT, None, LIVE, now=125.5)
     assert verdict.dead
     assert verdict.reason == "no heartbeat within nimbus.task.launch.secs=120"
 
@@ -53,11 +62,11 @@ def test_forget_and_retain_drop_what_left_the_cluster() -> None:
     judge = WorkerLiveness(task_timeout_s=1, launch_timeout_s=1)
     other = Slot("10.0.0.2", 6700)
     for slot in (SLOT, other):
-        judge.judge("t", slot, _znode(1), now=0.0)
+        judge.judge("t", slot, _znode(1), LIVE, now=0.0)
     judge.retain({("t", SLOT)})
     assert (judge.heard_from("t", SLOT), judge.heard_from("t", other)) == (True, False)
     judge.forget("t", SLOT)
-    assert judge.judge("t", SLOT, None, now=10.0).state == STARTING  # a fresh launch clock
+    assert judge.judge("t", SLOT, None, LIVE, now=10.0).state == STARTING  # a fresh launch clock
     judge.forget("t")
     judge.clear()
     assert not judge.heard_from("t", SLOT)
