@@ -112,6 +112,18 @@ def test_reads_topologies_workers_supervisors_and_nimbus(
         other.stop()
 
 
+def test_workers_that_never_heartbeat_turn_dead_when_nimbus_would_move_them(
+    cluster: tuple[Nimbus, Assignment], state: ClusterState
+) -> None:
+    source = ZooKeeperSource(state, WorkerLiveness(task_timeout_s=60, launch_timeout_s=0.3))
+    assert [w.status for w in _topology(source).workers] == ["starting", "starting"]
+    wait_until(
+        lambda: [w.status for w in _topology(source).workers] == ["dead", "dead"],
+        what="nimbus.task.launch.secs to pass with no heartbeat",
+        timeout=10,
+    )
+
+
 def test_actions_go_through_zookeeper_and_the_errors_are_the_protocols(
     cluster: tuple[Nimbus, Assignment], state: ClusterState
 ) -> None:
