@@ -382,14 +382,14 @@ def run_worker(topology_path: str, host: str, port: int, workers: str | None, co
 def run_cluster_worker(zookeeper: str | None, topology_id: str, host: str, port: int, conf: Config) -> int:
     """Run one worker whose plan and status come from ZooKeeper (what a supervisor launches)."""
     from spark_storm.topology import Slot
-    from spark_storm.worker.cluster_mode import ClusterWorker
+    from spark_storm.worker.zk_worker import ZooKeeperWorker
 
-    runner = ClusterWorker(zookeeper, topology_id, Slot(host, port), conf, tune_process=True)
+    runner = ZooKeeperWorker(zookeeper, topology_id, Slot(host, port), conf, tune_process=True)
     return _serve(runner, lambda: runner.worker, conf)
 
 
 def _serve(runner: Any, worker_of: Any, conf: Config) -> int:
-    """Start ``runner`` (a Worker or a ClusterWorker), wait for its stop, run the ordered shutdown."""
+    """Start ``runner`` (a Worker or a ZooKeeperWorker), wait for its stop, run the ordered shutdown."""
     signals = {"count": 0}
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -435,7 +435,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _local_cluster(args: argparse.Namespace) -> int:
-    from spark_storm.worker.cluster import LocalCluster
+    from spark_storm.worker.local_cluster import LocalCluster
 
     cluster = LocalCluster(args.topology, args.workers, args.conf, _overrides(args.set))
     print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")
@@ -456,8 +456,9 @@ def _local_cluster(args: argparse.Namespace) -> int:
     cluster.start()
     print(cluster.plan.describe())
     for slot in cluster.slots:
-        hb = cluster.heartbeat(slot) or {}
-        print(f"worker {slot}: pid {hb.get('pid')}, metrics http://127.0.0.1:{hb.get('metrics_port')}/metrics")
+        hb = cluster.heartbeat(slot)
+        if hb is not None:  # every worker wrote one: start() waited for it
+            print(f"worker {slot}: pid {hb['pid']}, metrics http://127.0.0.1:{hb['metrics_port']}/metrics")
     if ui is None:
         print(f"UI: spark-storm ui --heartbeat-dir {cluster.heartbeat_dir}  (or run local-cluster with --ui-port 8080)")
     else:

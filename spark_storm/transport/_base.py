@@ -354,7 +354,7 @@ class ClientBase(IClient):
         raise NotImplementedError  # pragma: no cover - every transport's client overrides it
 
     def link_lost(self) -> None:
-        """The connection dropped: requests waiting for an answer fail now (the transport calls this)."""
+        """Fail the requests waiting for an answer: the connection dropped (the transport calls this)."""
         with self._ack_cond:
             self._link += 1
             self._ack_cond.notify_all()

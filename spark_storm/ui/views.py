@@ -142,7 +142,7 @@ def _worker_uptime(w: WorkerReading) -> float | None:
 def _executor_names(reading: TopologyReading) -> list[str]:
     names: list[str] = []
     for w in _alive(reading):
-        reported = (w.health or {}).get("executors")
+        reported = w.health.get("executors") if w.health is not None else None
         names.extend(reported if isinstance(reported, Mapping) else w.ref.executors)
     return names
 
@@ -247,10 +247,10 @@ def topology_workers(reading: TopologyReading) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- one topology
 def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[str, Any]:
-    h = w.health or {}
+    h = w.health
     up = _worker_uptime(w)
-    rss = h.get("rss_bytes", w.ref.rss_bytes)
-    names = list(h["executors"]) if "executors" in h else list(w.ref.executors)
+    rss = h.get("rss_bytes", w.ref.rss_bytes) if h is not None else w.ref.rss_bytes
+    names = list(h["executors"]) if h is not None and "executors" in h else list(w.ref.executors)
     per_component: dict[str, int] = {}
     for n in names:
         m = _EXECUTOR.match(n)
@@ -266,8 +266,8 @@ def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[
         "topologyName": reading.ref.name,
         "supervisorId": w.ref.supervisor,
         "id": w.ref.id,
-        "host": h.get("host", w.ref.host),
-        "port": h.get("port", w.ref.port),
+        "host": h.get("host", w.ref.host) if h is not None else w.ref.host,
+        "port": h.get("port", w.ref.port) if h is not None else w.ref.port,
         "pid": w.ref.pid,
         "status": status,
         "uptime": pretty_seconds(up),
@@ -400,7 +400,7 @@ def _writers(reading: TopologyReading) -> list[dict[str, Any]] | None:
 
 def _component_type(reading: TopologyReading, component: str) -> str | None:
     for w in reading.workers:
-        comps = (w.health or {}).get("components")
+        comps = w.health.get("components") if w.health is not None else None
         if isinstance(comps, Mapping) and isinstance(comps.get(component), Mapping):
             return "source" if comps[component].get("source") else "bolt"
     return None

@@ -27,6 +27,7 @@ from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.config import Config
 from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
+from spark_storm.reports import CheckpointMetrics, StateMetrics
 from spark_storm.state import (
     NO_EPOCH,
     InputLog,
@@ -243,7 +244,7 @@ class ExecutorCheckpoints:
             self.done[task] = epoch
         self.rollbacks += 1
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> StateMetrics:
         """Per stateful component: keys and bytes of state, checkpoint durations, restores, rollbacks."""
         p50, p99 = self.durations.percentile(50), self.durations.percentile(99)
         return {
@@ -620,13 +621,27 @@ class CheckpointManager:
         """Close the backend (input-log segments made durable)."""
         self.backend.close()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> CheckpointMetrics:
         """Return the worker's checkpoint view, for /health and the UI."""
-        out = self.status()
-        out.update(self.counters)
-        out["provider"] = self.backend.describe()
-        out["last_commit_at"] = self.last_commit_at
-        return out
+        status = self.status()
+        counters = self.counters
+        return {
+            "worker": status["worker"],
+            "stateful": True,
+            "epoch": status["epoch"],
+            "committed": status["committed"],
+            "generation": status["generation"],
+            "dirty": status["dirty"],
+            "reasons": status["reasons"],
+            "replaying": status["replaying"],
+            "last_group_age_s": status["last_group_age_s"],
+            "rollbacks": counters["rollbacks"],
+            "replayed_records": counters["replayed_records"],
+            "committed_epochs": counters["committed_epochs"],
+            "logged_groups": counters["logged_groups"],
+            "provider": self.backend.describe(),
+            "last_commit_at": self.last_commit_at,
+        }
 
 
 class _ThisWorker:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
 from spark_storm.codec.tuples import BROADCAST_TASK, TICK_SOURCE, Tuple
 from spark_storm.errors import ConfigError, WireFormatError
+from spark_storm.reports import ExecutorMetrics
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.model import resolve_class
 from spark_storm.worker.acker import batch_edge, row_edges
@@ -227,8 +228,8 @@ class Executor:
         for stats in self.stats.values():
             stats.update_rates()
 
-    def metrics(self) -> dict[str, Any]:
-        tasks = {t: s.snapshot() for t, s in self.stats.items()}
+    def metrics(self) -> ExecutorMetrics:
+        tasks = {str(t): s.snapshot() for t, s in self.stats.items()}
         return {
             "component": self.spec.component,
             "source": self.component.source,

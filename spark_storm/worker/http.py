@@ -23,13 +23,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from spark_storm.reports import WorkerMetrics
+
 __all__ = ["Controllable", "WorkerCollector", "prometheus_text", "start_metrics_server"]
 
 
 class Controllable(Protocol):
     """What the endpoint needs from a worker: its metrics, and activate/deactivate."""
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> WorkerMetrics:
         """Everything countable, as :meth:`Worker.metrics` returns it."""
 
     def activate(self) -> None:

@@ -27,6 +27,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+from spark_storm.reports import QueueMetrics
+
 __all__ = ["BatchQueue", "QueueItem"]
 
 T = TypeVar("T")
@@ -197,7 +199,7 @@ class BatchQueue(Generic[T]):
             self._not_full.notify_all()
             self._not_empty.notify_all()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> QueueMetrics:
         """capacity, population, overflow, published, consumed, arrival_rate (tuples/s), backpressure."""
         now = time.monotonic()
         then, count = self._rate_mark

@@ -39,6 +39,7 @@ from spark_storm.errors import ConnectionClosedError, StormError, WireFormatErro
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.reports import WriterCounts, WriterMetrics
 from spark_storm.state.backend import GroupKey
 from spark_storm.state.protocol import STATUS, encode_body
 from spark_storm.worker.acker import ACKER_TASK, GroupTracker
@@ -67,7 +68,7 @@ class WriterStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queries: dict[str, dict[str, Any]] = {}
+        self._queries: dict[str, WriterCounts] = {}
         self._seen: dict[str, set[tuple[int, int, int]]] = {}
         self._latency: dict[str, LatencyHistogram] = {}
 
@@ -120,9 +121,9 @@ class WriterStats:
             else:
                 self._latency[header.query_id].record(time.monotonic() - since)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[WriterMetrics]:
         with self._lock:
-            out = []
+            out: list[WriterMetrics] = []
             for qid, q in self._queries.items():
                 hist = self._latency[qid]
                 p50, p99 = hist.percentile(50), hist.percentile(99)

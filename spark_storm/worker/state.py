@@ -28,6 +28,7 @@ from spark_storm.codec.tuples import CLIENT_COMPONENT, TupleSource
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import IClient, IContext, IServer, TaskMessage
+from spark_storm.reports import ErrorReport
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
@@ -113,7 +114,7 @@ class WorkerState:
         self._task_kind: dict[int, str] = {}
         self._sources: dict[tuple[int, str], TupleSource] = {}
         self._client_sources: dict[int, TupleSource] = {}
-        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self.errors: deque[ErrorReport] = deque(maxlen=50)
         #: Checkpoints, input logs and rollbacks: only for topologies with a stateful component.
         self.checkpoints: CheckpointManager | None = None
         bolts = {c.id: resolve_class(c.bolt, f"component {c.id!r} bolt") for c in plan.topology.components.values()}

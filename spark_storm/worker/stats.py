@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Final
+from typing import Final
+
+from spark_storm.reports import TaskMetrics
 
 __all__ = ["LatencyHistogram", "TaskStats"]
 
@@ -116,7 +118,7 @@ class TaskStats:
             self.capacity = min(1.0, (self.busy_s - busy_then) / (now - then))
             self._rate_mark = (now, self.executed, self.busy_s)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> TaskMetrics:
         """Counters, rate and capacity (over the last timer second), latency mean, p50 and p99."""
         hist = self._current.merged(self._previous)
         p50, p99 = hist.percentile(50), hist.percentile(99)

@@ -37,6 +37,7 @@ from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
 from spark_storm.messaging import IClient, IServer
+from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
 from spark_storm.worker.checkpoint import IntervalCheckpoints
@@ -44,7 +45,7 @@ from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from spark_storm.worker.timer import HeartbeatFile, WorkerTimer
+from spark_storm.worker.timer import WorkerTimer
 
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
@@ -114,8 +115,8 @@ class Worker:
         self.metrics_port: int | None = None
         self._http: Any = None
         hb_dir = self.settings.heartbeat_dir or tempfile.gettempdir()
-        self.heartbeat_path = Path(hb_dir) / f"{self.topology_id}-{slot.port}.json"
-        self._heartbeat = HeartbeatFile(self.heartbeat_path)
+        self._heartbeat = HeartbeatFileWriter(Path(hb_dir), self.topology_id, slot.port)
+        self.heartbeat_path = self._heartbeat.path
         self.timer = WorkerTimer(self._stopping)
         self.timer.every("heartbeat", self.settings.heartbeat_every_s, self._beat)
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
@@ -404,7 +405,7 @@ class Worker:
     def _beat(self, status: str | None = None) -> None:
         self._heartbeat.write(self.heartbeat_record(status))
 
-    def heartbeat_record(self, status: str | None = None) -> dict[str, Any]:
+    def heartbeat_record(self, status: str | None = None) -> WorkerHeartbeat:
         """Return the heartbeat record (the local file; cluster mode also writes it to ZooKeeper)."""
         return {
             "topology": self.topology_id,
@@ -461,7 +462,7 @@ class Worker:
             )
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> WorkerMetrics:
         """Everything countable: worker counters, connections, queues, bolts, errors, Spark writers."""
         state = self.state
         acker = state.acker

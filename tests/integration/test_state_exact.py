@@ -18,7 +18,7 @@ import pytest
 
 from spark_storm.state.protocol import Coordinator
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import wait_until
 from tests.support.ledger import GroupWriter, expected, ledger_state, ledger_topology, rows_for
 

@@ -192,7 +192,8 @@ def test_sigterm_drains_everything_in_flight(tmp: Path) -> None:
     records = run.stop()
     assert sum(r["count"] for r in records["stage1"].values()) == 2000
     _check_stage2(records, 2000)
-    hb = json.loads((run.cluster.heartbeat_dir / f"three-{slot.port}.json").read_text())
+    hb = run.cluster.heartbeat(slot)
+    assert hb is not None
     assert hb["status"] == "stopped"
 
 
@@ -202,6 +203,7 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     slot = run.cluster.slots[0]
     hb = run.cluster.heartbeat(slot)
     assert hb is not None
+    assert hb["metrics_port"] is not None
 
     def stage2_executed() -> int:
         executors = run.health(slot)["executors"].values()
@@ -235,7 +237,10 @@ def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow
     topo = three_stage("shuffle", tmp / "records", **{"topology.tick.tuple.freq.secs": 0.1})
     run = Run(tmp, topo, 1, **{"topology.load.metrics.interval.ms": 50}).start()
     slot = run.cluster.slots[0]
-    port = run.cluster.heartbeat(slot)["metrics_port"]  # type: ignore[index]
+    hb = run.cluster.heartbeat(slot)
+    assert hb is not None
+    assert hb["metrics_port"] is not None
+    port = hb["metrics_port"]
     assert _post(port, "/deactivate") == "inactive\n"
     run.send_to_sources(rows(40))
     health = run.health(slot)

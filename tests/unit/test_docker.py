@@ -67,7 +67,7 @@ def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
     assert services["zookeeper"]["image"].startswith("zookeeper:3.9")
     conf = yaml.safe_load((DOCKER / "storm.yaml").read_text())
     assert conf["storm.zookeeper.servers"] == ["zookeeper"]  # the service name, as the containers resolve it
-    from spark_storm.cluster.state import ZooKeeperAddress
+    from spark_storm.cluster.session import ZooKeeperAddress
 
     assert str(ZooKeeperAddress.parse(None, conf)) == "zookeeper:2181/storm"
     supervisors = {n: s for n, s in services.items() if s.get("command", [None])[0] == "supervisor"}
@@ -134,7 +134,7 @@ def test_cluster_supervisors_launch_workers_in_cluster_form_and_spark_follows_zo
     stream = services["stream"]
     assert stream["entrypoint"][-1] == "jobs/wordcount_to_storm.py"
     command = stream["command"]
-    from spark_storm.cluster.state import ZooKeeperAddress
+    from spark_storm.cluster.session import ZooKeeperAddress
 
     assert ZooKeeperAddress.parse(command[command.index("--zookeeper") + 1]) == ZooKeeperAddress.parse(None, conf_file)
     assert "--workers" not in command
