@@ -25,6 +25,7 @@ __all__ = [
     "UPPER_BOUNDS_S",
     "Buckets",
     "LatencyHistogram",
+    "bucket_index",
     "cumulative_counts",
     "merge_buckets",
     "percentile_of",
@@ -48,7 +49,8 @@ PROMETHEUS_BOUNDS_S: Final[tuple[float, ...]] = UPPER_BOUNDS_S[0 : _BUCKETS - 1 
 Buckets = list[list[float]]
 
 
-def _index(seconds: float) -> int:
+def bucket_index(seconds: float) -> int:
+    """Return the index of the bucket that counts a sample of ``seconds``."""
     if seconds <= _BASE_S:
         return 0
     # ceil: a sample on a bound belongs to that bound's bucket (less a hair of rounding error)
@@ -67,7 +69,7 @@ class LatencyHistogram:
 
     def record(self, seconds: float, weight: int = 1) -> None:
         """Count ``weight`` samples of ``seconds`` each."""
-        self.counts[_index(seconds)] += weight
+        self.counts[bucket_index(seconds)] += weight
         self.total += weight
         self.sum_s += seconds * weight
 

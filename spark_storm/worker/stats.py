@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spark_storm.latency import LatencyHistogram
+from spark_storm.latency import LatencyHistogram, bucket_index
 
 __all__ = ["LatencyHistogram", "TaskStats"]
 
@@ -68,10 +68,18 @@ class TaskStats:
 
     def sample(self, seconds: float) -> None:
         """Record one timed execute, standing for every tuple executed since the previous sample."""
-        weight = max(1, self.executed - self._sampled_executed)
-        self._sampled_executed = self.executed
-        self._current.record(seconds, weight)
-        self._total.record(seconds, weight)
+        executed = self.executed
+        weight = executed - self._sampled_executed
+        if weight < 1:
+            weight = 1
+        self._sampled_executed = executed
+        index = bucket_index(seconds)  # once for both histograms: this runs once per batch
+        current, total = self._current, self._total
+        current.counts[index] += weight
+        current.total += weight
+        total.counts[index] += weight
+        total.total += weight
+        total.sum_s += seconds * weight
         if time.monotonic() - self._rotated >= self._window:
             self._previous, self._current = self._current, LatencyHistogram()
             self._rotated = time.monotonic()
