@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 __all__ = ["JsonRequestHandler", "cross_origin_refusal"]
@@ -87,7 +87,7 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
 
     server_version = "spark-storm"
     #: ``json.dumps`` ``default`` for values JSON has no type for (the worker's /health: str).
-    json_default: Callable[[Any], Any] | None = None
+    json_default: ClassVar[Callable[[Any], Any] | None] = None
 
     def send_body(self, status: int, body: bytes, content_type: str) -> None:
         """Send a complete reply with the policy's headers."""
@@ -102,7 +102,8 @@ class JsonRequestHandler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, data: Any) -> None:
         """Send ``data`` as ``application/json``."""
-        self.send_body(status, json.dumps(data, default=self.json_default).encode(), "application/json")
+        default = type(self).json_default  # read off the class: a plain function stays unbound
+        self.send_body(status, json.dumps(data, default=default).encode(), "application/json")
 
     def send_json_error(self, status: int, message: str) -> None:
         """Send ``{"error": <the status's reason>, "errorMessage": message}``."""
