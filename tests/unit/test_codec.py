@@ -60,7 +60,7 @@ LEAVES: list[tuple[str, pa.DataType, st.SearchStrategy[Any]]] = [
     (
         "DayTimeIntervalType",
         pa.duration("us"),
-        st.timedeltas(min_value=dt.timedelta(days=-10**6), max_value=dt.timedelta(days=10**6)),
+        st.timedeltas(min_value=dt.timedelta(days=-(10**6)), max_value=dt.timedelta(days=10**6)),
     ),
     ("TimeType", pa.time64("us"), st.times()),
 ]
@@ -82,7 +82,11 @@ def _nested(depth: int) -> st.SearchStrategy[tuple[str, pa.DataType, st.SearchSt
     def struct(inner: tuple[str, pa.DataType, Any]) -> tuple[str, pa.DataType, Any]:
         name, t, values = inner
         typ = pa.struct([("a", t), ("b", pa.int64())])
-        return f"StructType(a {name}, b long)", typ, st.fixed_dictionaries({"a": _with_nulls(values), "b": st.integers(0, 9)})
+        return (
+            f"StructType(a {name}, b long)",
+            typ,
+            st.fixed_dictionaries({"a": _with_nulls(values), "b": st.integers(0, 9)}),
+        )
 
     def mapping(inner: tuple[str, pa.DataType, Any]) -> tuple[str, pa.DataType, Any]:
         name, t, values = inner
@@ -124,7 +128,7 @@ def test_every_spark_type_crosses_workers_in_tuples_and_in_arrow_batches(column:
     encoder = Encoder(SER, 1 << 20)
     out = encoder.tuples(9, 5, "default", rows, None)
     assert out.bad == [], name
-    decoded = BoltDecoder(SER, lambda task, stream: SRC).decode(out.messages and [m.payload for m in out.messages], _raise)
+    decoded = BoltDecoder(SER, lambda task, stream: SRC).decode([m.payload for m in out.messages], _raise)
     got = [t.values for tuples, _ in decoded for t in tuples]  # type: ignore[union-attr]
     assert _same(got, rows), name
     # in Arrow batches: the column keeps its exact Spark type
