@@ -222,6 +222,9 @@ class TaskMetrics(TypedDict):
     latency_p50_ms: float | None
     latency_p99_ms: float | None
     latency_samples: int
+    latency_buckets: list[list[float]]  # [upper bound in s, tuples], non-empty buckets of the window
+    latency_total_buckets: list[list[float]]  # the same since the worker started (/metrics)
+    latency_total_sum_s: float
     busy_s: float
     capacity: float
 
