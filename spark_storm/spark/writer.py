@@ -94,7 +94,7 @@ class _Pool:
         atexit.register(self.close)
 
     def context_key(self, options: StormOptions) -> str:
-        """The key naming the context (and connections) ``options`` use."""
+        """Return the key naming the context (and connections) ``options`` use."""
         return self._ckey(options)
 
     @staticmethod

@@ -345,7 +345,7 @@ class ClientBase(IClient):
                 self._sent_in.popitem(last=False)
 
     def server_restarted(self) -> None:
-        """The server lost the session (it restarted): groups sent before will never be acknowledged."""
+        """Note that the server lost the session (it restarted): groups sent before will never be acknowledged."""
         with self._ack_cond:
             self._server_life += 1
             self._ack_cond.notify_all()

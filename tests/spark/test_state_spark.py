@@ -45,7 +45,7 @@ def _start(spark: Any, src: Path, topo: Path, cluster: LocalCluster, ck: Path) -
     )
 
 
-def _cp(cluster: LocalCluster, index: int) -> dict[str, Any]:
+def _cp(cluster: LocalCluster, index: int) -> Any:
     try:
         return health(cluster, cluster.slots[index]).get("checkpoint") or {}
     except (OSError, AssertionError):
@@ -94,7 +94,7 @@ def test_ledger_is_exact_after_a_worker_sigkilled_mid_batch(spark: Any, tmp_path
 def test_ledger_is_exact_after_a_worker_sigkilled_during_a_commit(spark: Any, tmp_path: Path) -> None:
     batches = _rows()
     _write(tmp_path / "in", batches)
-    topo = ledger_topology(tmp_path, **{"ledger.prepare.delay.s": 1.0})
+    topo = ledger_topology(tmp_path, conf={"ledger.prepare.delay.s": 1.0})
     with LocalCluster(str(topo), 2) as cluster:
         q = _start(spark, tmp_path / "in", topo, cluster, tmp_path / "ck")
         wait_until(
@@ -133,7 +133,7 @@ def test_ledger_is_exact_after_two_workers_sigkilled_one_after_the_other(spark: 
 def test_ledger_is_exact_after_the_query_stopped_mid_batch_and_restarted(spark: Any, tmp_path: Path) -> None:
     batches = _rows()
     _write(tmp_path / "in", batches)
-    topo = ledger_topology(tmp_path, **{"ledger.delay.s": 0.01})  # a batch takes 1.5 s at the ledger
+    topo = ledger_topology(tmp_path, conf={"ledger.delay.s": 0.01})  # a batch takes 1.5 s at the ledger
     with LocalCluster(str(topo), 2) as cluster:
         q = _start(spark, tmp_path / "in", topo, cluster, tmp_path / "ck")
         wait_until(lambda: _cp(cluster, 0).get("committed", 0) >= 1, what="a first batch committed", timeout=120)
