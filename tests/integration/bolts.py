@@ -263,3 +263,19 @@ class LedgerBatchBolt(StatefulBatchBolt):
         ]
         self.ledger.put_many(keys, new)
         self.collector.ack(batch)
+
+
+class RunningCountBolt(StatefulBolt):
+    """Per key: the running count in checkpointed state; emits (key, count) for every tuple."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.counts = state
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        key = tup.values[0]
+        n = self.counts.get(key, 0) + 1
+        self.counts.put(key, n)
+        self.collector.emit([key, n], anchors=tup)
+        self.collector.ack(tup)
