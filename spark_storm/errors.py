@@ -13,6 +13,7 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+    +-- MultilangError                  a multilang child (ShellBolt/ShellSpout) could not start or failed
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "MultilangError",
     "NoNimbusError",
     "SendTimeoutError",
     "StormError",
@@ -95,6 +97,10 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class MultilangError(StormError):
+    """A multilang child process could not start, or failed (exited, hung, wrote garbage); names its command."""
 
 
 class ClusterError(StormError):
