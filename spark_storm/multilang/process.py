@@ -321,7 +321,7 @@ class ShellProcess:
     # ------------------------------------------------------------------ running
     def run(
         self,
-        outbox: Outbox,
+        outbox: Outbox | None,
         encode: Callable[[list[Any], list[Any]], bytes],
         on_messages: Callable[[list[Any]], None],
         on_exit: Callable[[ShellProcess, str], None],
@@ -331,10 +331,13 @@ class ShellProcess:
         ``encode(control, tuples)`` turns what the writer took from ``outbox`` into bytes
         (the owner registers the tuples as sent there); ``on_messages`` gets every
         message the child wrote, a chunk at a time; ``on_exit`` is called once when the
-        child is gone, with the reason.
+        child is gone, with the reason.  Without an ``outbox`` no writer runs: the owner
+        writes with :meth:`send_now` (a spout's synchronous commands).
         """
         self._spawn(lambda: self._read_loop(on_messages, on_exit), "reader")
-        self._spawn(lambda: self._write_loop(outbox, encode), "writer")
+        if outbox is not None:
+            box = outbox
+            self._spawn(lambda: self._write_loop(box, encode), "writer")
 
     def _spawn(self, target: Callable[[], None], what: str) -> None:
         t = threading.Thread(target=target, name=f"spark-storm-multilang-{self.name}-{what}", daemon=True)

@@ -477,6 +477,20 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if tup.anchors:
             self._fail_anchors(tup)
 
+    def report_error(self, error: str) -> None:
+        self._host.report_error(self._component.id, self._task, error)
+
+    def for_thread(self) -> TaskCollector:
+        """Return a collector for the calling thread of the bolt's own: its emits batch until :meth:`flush`."""
+        emitter = Emitter(self._host, self._component.id, self._emitter.stats)
+        emitter.owner = threading.get_ident()
+        return TaskCollector(self._host, emitter, self._component, self._task, self._stats)
+
+    def flush(self) -> None:
+        """Send what this collector's thread emitted (see :meth:`for_thread`)."""
+        if threading.get_ident() == self._emitter.owner:
+            self._emitter.flush()
+
 
 class BatchCollector(_AckingCollector, BatchOutputCollector):
     """The collector of one batch-bolt task: routes record batches with numpy."""
@@ -619,11 +633,12 @@ class Executor:
         raise NotImplementedError
 
     def _prepare(self) -> None:
-        topo = self.host.plan.topology
-        tasks = tuple(self.host.plan.component_tasks[self.component.id])
+        plan = self.host.plan
+        topo = plan.topology
+        tasks = tuple(plan.component_tasks[self.component.id])
         for task, bolt in self.bolts.items():
             ctx = TopologyContext(
-                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot)
+                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot), plan
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
@@ -891,9 +906,14 @@ def make_executor(
     ConfigError
         The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
     """
+    from spark_storm.worker.adapters import adapt_class
+    from spark_storm.worker.spout import Spout, SpoutExecutor
+
     component = host.plan.topology.components[spec.component]
     conf = {**worker_conf, **host.plan.topology.conf, **component.conf}
-    bolt_cls = resolve_class(component.bolt, f"component {component.id!r} bolt")
+    bolt_cls = adapt_class(component, resolve_class(component.bolt, f"component {component.id!r} bolt"))
+    if component.spout or (isinstance(bolt_cls, type) and issubclass(bolt_cls, Spout)):
+        return SpoutExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, BatchBolt):
         return BatchExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, Bolt):
