@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from spark_storm.codec.tuples import CLIENT_COMPONENT, Tuple
 from spark_storm.errors import ConfigError, MultilangError
 from spark_storm.multilang.process import Backoff, Outbox, ShellProcess, check_command
 from spark_storm.multilang.protocol import (
@@ -51,7 +52,6 @@ from spark_storm.multilang.serializers import ProtocolError, Serializer, TupleRe
 from spark_storm.topology.model import DEFAULT_STREAM, MULTILANG_COMMAND, MULTILANG_DIR
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.spout import Spout, SpoutOutputCollector
-from spark_storm.worker.tuples import CLIENT_COMPONENT, Tuple
 
 __all__ = ["MultilangSettings", "ShellBolt", "ShellSpout", "handshake_conf", "handshake_context"]
 

@@ -34,12 +34,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from spark_storm.codec.tuples import Tuple
 from spark_storm.errors import ConfigError
 from spark_storm.multilang.protocol import log_level, parse_emit
 from spark_storm.multilang.serializers import ProtocolError
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.multilang import handshake_conf, handshake_context
-from spark_storm.worker.tuples import Tuple
 
 __all__ = ["InProcessPystormBolt"]
 

@@ -6,7 +6,7 @@ by its spout instead: a Python :class:`Spout`, or a multilang child (Storm's She
 ``next_tuple`` in a loop on the executor's thread (at most ``topology.max.spout.pending``
 tuple trees in flight per task), and when a spout emits with a message id, the tuple
 roots a tree in the worker's XOR acker (:class:`~spark_storm.worker.acker.Acker`, the same
-roots Spark's delivery groups use, through a :class:`~spark_storm.worker.tuples.GroupTracker`).
+roots Spark's delivery groups use, through a :class:`~spark_storm.worker.acker.GroupTracker`).
 When the tree completes, fails or times out (``topology.message.timeout.secs``), the
 executor calls the spout's ``ack`` or ``fail`` with that message id, on its own thread.
 """
@@ -20,19 +20,23 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
+from spark_storm.codec.tuples import Tuple, TupleSource
 from spark_storm.messaging.wire import PROCESSED
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.model import DEFAULT_STREAM
-from spark_storm.worker.acker import Acker
+from spark_storm.worker.acker import GroupTracker, ack_ops
 from spark_storm.worker.bolt import TopologyContext
-from spark_storm.worker.executor import Executor, ExecutorHost, QueueItem, TaskCollector
-from spark_storm.worker.queue import BatchQueue
+from spark_storm.worker.collectors import TaskCollector
+from spark_storm.worker.executor import Executor
+from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.settings import WorkerSettings
-from spark_storm.worker.tuples import GroupTracker, Tuple, TupleSource
 
-__all__ = ["Spout", "SpoutExecutor", "SpoutHost", "SpoutOutputCollector"]
+if TYPE_CHECKING:
+    from spark_storm.worker.state import WorkerState
+
+__all__ = ["Spout", "SpoutExecutor", "SpoutOutputCollector"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +98,6 @@ class Spout(abc.ABC):
         """Release resources at shutdown."""
 
 
-class SpoutHost(ExecutorHost, Protocol):
-    """What a spout executor needs beyond an executor's host: the acker its trees are rooted in."""
-
-    @property
-    def acker(self) -> Acker: ...
-
-
 class SpoutCollector(SpoutOutputCollector):
     """Routes a spout's emits with a tuple collector; a message id roots a tree in the acker."""
 
@@ -127,7 +124,7 @@ class SpoutCollector(SpoutOutputCollector):
             return self._inner.emit(values, stream)
         parent = self._root(message_id)
         tasks = self._inner.emit(values, stream, anchors=parent)
-        self._inner._ack_anchors(parent)  # the root's value becomes the XOR of its children's edges
+        ack_ops(parent, self._executor.emitter.acker_op)  # the root's value becomes the XOR of its children's edges
         return tasks
 
     def emit_direct(
@@ -139,7 +136,7 @@ class SpoutCollector(SpoutOutputCollector):
             return
         parent = self._root(message_id)
         self._inner.emit_direct(task, values, stream, anchors=parent)
-        self._inner._ack_anchors(parent)
+        ack_ops(parent, self._executor.emitter.acker_op)
 
     def report_error(self, error: str) -> None:
         self._inner.report_error(error)
@@ -152,7 +149,7 @@ class SpoutExecutor(Executor):
 
     def __init__(
         self,
-        host: ExecutorHost,
+        host: WorkerState,
         spec: ExecutorSpec,
         queue: BatchQueue[QueueItem],
         settings: WorkerSettings,
@@ -160,11 +157,7 @@ class SpoutExecutor(Executor):
         bolt_cls: type,
     ) -> None:
         super().__init__(host, spec, queue, settings, conf, bolt_cls)
-        acker = getattr(host, "acker", None)
-        if not isinstance(acker, Acker):  # pragma: no cover - the worker's state always has one
-            msg = f"executor {spec}: its worker has no acker to root spout tuples in"
-            raise TypeError(msg)
-        self.acker = acker
+        self.acker = host.acker
         max_pending = conf.get("topology.max.spout.pending")
         self._max_pending = int(max_pending) if max_pending else 0
         self._wait_s = float(conf.get("topology.sleep.spout.wait.strategy.time.ms", 1)) / 1000

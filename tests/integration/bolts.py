@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.columnar import ColumnarBatch
-from spark_storm.worker.tuples import Tuple
 
 
 class RecordingBolt(Bolt):

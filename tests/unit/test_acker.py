@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 
 from spark_storm.messaging.wire import FAILED, PROCESSED
-from spark_storm.worker.acker import Acker, new_edge
-from spark_storm.worker.tuples import GroupTracker
+from spark_storm.worker.acker import Acker, GroupTracker, new_edge
 
 
 def _tracked(acker: Acker) -> tuple[list[int], int, int]:

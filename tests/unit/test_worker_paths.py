@@ -16,19 +16,18 @@ import msgpack
 import pyarrow as pa
 import pytest
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
+from spark_storm.codec.tuples import Tuple
 from spark_storm.config import Config
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker.acker import new_edge
-from spark_storm.worker.columnar import ColumnarBatch
 from spark_storm.worker.executor import BatchExecutor, TupleExecutor
-from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
-from spark_storm.worker.receive import GroupRejected, Receiver
+from spark_storm.worker.receive import GroupRejected
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
-from spark_storm.worker.tuples import Tuple
 from tests.helpers import wait_until
 
 A, B = Slot("h", 1), Slot("h", 2)
@@ -68,11 +67,9 @@ class World:
         self.state = WorkerState(
             self.plan, slot, self.conf, self.settings, lambda reason, failure=True: self.stops.append(reason)
         )
-        self.receiver = Receiver(self.state, self.settings.dead_letter_file)
-        self.transfer = WorkerTransfer(self.state, self.settings)
-        self.state.receiver, self.state.transfer = self.receiver, self.transfer
-        bp = BackPressureTracker(str(slot), lambda: None)
-        self.state.route_to({spec: self.state.build_executor(spec, bp) for spec in self.plan.executors_of(slot)})
+        self.receiver = self.state.receiver
+        self.transfer = self.state.transfer
+        self.state.route_to({spec: self.state.build_executor(spec) for spec in self.plan.executors_of(slot)})
 
     def queued(self, task: int) -> list[Any]:
         queue = self.state.queue_of(task)
@@ -277,7 +274,7 @@ def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: W
 
 
 def test_columnar_payload_metadata_round_trips() -> None:
-    from spark_storm.worker.payloads import read_arrow
+    from spark_storm.codec.payloads import read_arrow
 
     data = pa.record_batch({"key": ["x"], "n": [1]})
     edge = new_edge()
