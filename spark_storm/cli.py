@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 logger = logging.getLogger(__name__)
+_FILTER_HELP = "Flux files: a properties file whose values replace ${name} (Flux's --filter)"
 
 
 def _demo_receiver(conf: dict[str, Any], port_out: Connection, report: Connection) -> None:
@@ -283,7 +284,9 @@ def _admin(args: argparse.Namespace) -> int:
 
     with ClusterState(args.zookeeper, _cluster_conf(args)) as state:
         if args.command == "submit":
-            record = admin.submit(state, args.file, args.workers, check_classes=not args.no_class_check)
+            record = admin.submit(
+                state, args.file, args.workers, check_classes=not args.no_class_check, properties=args.filter
+            )
             print(
                 f"submitted topology {record.name} ({record.workers} workers) to {state.address}; "
                 f"`spark-storm list` shows its assignment"
@@ -364,15 +367,17 @@ def _worker(args: argparse.Namespace) -> int:
     if not args.topology:
         msg = "worker: give --topology FILE (static mode) or --zookeeper ZK --topology-id NAME (cluster mode)"
         raise ConfigError(msg)
-    return run_worker(args.topology, args.host, args.port, args.workers, conf)
+    return run_worker(args.topology, args.host, args.port, args.workers, conf, args.filter)
 
 
-def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
+def run_worker(
+    topology_path: str, host: str, port: int, workers: str | None, conf: Config, properties: str | None = None
+) -> int:
     """Run one worker on a static slot list until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
     from spark_storm.topology import Slot, load_topology, plan
     from spark_storm.worker import Worker
 
-    topo = load_topology(topology_path)
+    topo = load_topology(topology_path, properties)
     p = plan(topo, workers) if workers else plan(topo)
     worker = Worker(p, Slot(host, port), conf)
     worker.tune_process()
@@ -429,7 +434,11 @@ def _serve(runner: Any, worker_of: Any, conf: Config) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from spark_storm.topology import load_topology, plan
 
-    topo = load_topology(args.file)
+    topo = load_topology(args.file, args.filter)
+    if topo.notes:  # a Flux file: what became what
+        print(f"{args.file} is a Flux file; converted:")
+        for note in topo.notes:
+            print(f"  {note}")
     print(plan(topo, args.workers).describe() if args.workers else plan(topo).describe())
     return 0
 
@@ -437,7 +446,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _local_cluster(args: argparse.Namespace) -> int:
     from spark_storm.worker.cluster import LocalCluster
 
-    cluster = LocalCluster(args.topology, args.workers, args.conf, _overrides(args.set))
+    cluster = LocalCluster(args.topology, args.workers, args.conf, _overrides(args.set), properties=args.filter)
     print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")
     stop = {"now": False}
 
@@ -542,7 +551,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Static mode: --topology FILE [--workers SLOTS]. Cluster mode (what a supervisor launches): "
         "--zookeeper ZK --topology-id NAME; the plan and status come from ZooKeeper and are followed.",
     )
-    worker.add_argument("--topology", help="topology YAML (static mode)")
+    worker.add_argument("--topology", help="topology YAML or Storm Flux file (static mode)")
+    worker.add_argument("--filter", help=_FILTER_HELP)
     worker.add_argument("--port", type=int, required=True)
     worker.add_argument("--host", default="127.0.0.1", help="this worker's host as the slot list / assignment names it")
     worker.add_argument("--workers", help="static mode: all slots host:port,... (default: the topology's 'workers')")
@@ -552,7 +562,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
     worker.set_defaults(func=_worker)
     cluster = sub.add_parser("local-cluster", help="run N workers on loopback until Ctrl-C")
-    cluster.add_argument("--topology", required=True, help="topology YAML")
+    cluster.add_argument("--topology", required=True, help="topology YAML or Storm Flux file")
+    cluster.add_argument("--filter", help=_FILTER_HELP)
     cluster.add_argument("--workers", type=int, default=2)
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
@@ -579,7 +590,8 @@ def _parser() -> argparse.ArgumentParser:
     topology = sub.add_parser("topology", help="topology tools")
     tsub = topology.add_subparsers(dest="topology_command", required=True)
     tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")
-    tplan.add_argument("file", help="topology YAML")
+    tplan.add_argument("file", help="topology YAML or Storm Flux file (shows what each Flux component became)")
+    tplan.add_argument("--filter", help=_FILTER_HELP)
     tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
     tplan.set_defaults(func=_plan)
     kafka = sub.add_parser("kafka", help="a local KRaft Kafka broker for tests and demos")
@@ -619,7 +631,8 @@ def _parser() -> argparse.ArgumentParser:
     supervisor.set_defaults(func=_supervisor)
     submit = sub.add_parser("submit", help="submit a topology YAML to the cluster")
     cluster_args(submit)
-    submit.add_argument("file", help="topology YAML")
+    submit.add_argument("file", help="topology YAML or Storm Flux file")
+    submit.add_argument("--filter", help=_FILTER_HELP)
     submit.add_argument("--workers", type=int, help="worker processes (default: topology.workers)")
     submit.add_argument("--no-class-check", action="store_true", help="do not import the bolt classes here first")
     submit.set_defaults(func=_admin)
