@@ -411,7 +411,7 @@ def _python_outputs(path: str, raw: Mapping[str, Any], where: str) -> dict[str, 
             )
             raise ConfigError(msg) from exc
         declared = getattr(cls, "outputs", None)
-    if declared is None:
+    if declared is None or (isinstance(declared, (list, tuple, Mapping)) and not declared):
         return {}
     if isinstance(declared, Mapping):
         return {str(s): _strings(f, f"{where}.outputs.{s}") for s, f in declared.items()}

@@ -316,8 +316,9 @@ def _int(value: Any, where: str) -> int:
 
 
 def is_flux(data: Any) -> bool:
-    """Whether a YAML mapping is a Storm Flux file (it has ``spouts``, ``bolts`` or ``streams``)."""
-    return isinstance(data, Mapping) and any(k in data for k in ("spouts", "bolts", "streams"))
+    """Whether a YAML mapping is a Storm Flux file (it has ``spouts``, ``bolts``, ``streams``, ``includes``...)."""
+    keys = ("spouts", "bolts", "streams", "includes", "topologySource")
+    return isinstance(data, Mapping) and any(k in data for k in keys)
 
 
 def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Topology:

@@ -159,3 +159,25 @@ def read_event_logs(directory: Path, component: str) -> Counter[int]:
     for path in directory.glob(f"{component}-*.log"):
         seen.update(int(line) for line in path.read_text(encoding="ascii").splitlines() if line)
     return seen
+
+
+class LatestCountBolt(Bolt):
+    """(word, count) -> the latest count per word, written to ``<record.dir>/latest-<task>.json`` as it changes."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.latest: dict[str, int] = {}
+        self.out = Path(str(conf["record.dir"])) / f"latest-{context.task_id}.json"
+        self.seen = 0
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            self.out.write_text(json.dumps({"latest": self.latest, "seen": self.seen}))
+            return
+        word, count = tup.values[0], int(tup.values[1])
+        self.latest[word] = max(count, self.latest.get(word, 0))
+        self.seen += 1
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        self.out.write_text(json.dumps({"latest": self.latest, "seen": self.seen}))
