@@ -30,7 +30,11 @@ def test_storms_multilang_examples_become_multilang_children(name: str) -> None:
     topo = load_topology(DATA / name)
     assert topo.name == "shell-topology"
     spout, split = topo.components["sentence-spout"], topo.components["splitsentence"]
-    assert (spout.spout, spout.bolt, spout.conf[MULTILANG_COMMAND]) == (True, SHELL_SPOUT, ["node", "randomsentence.js"])
+    assert (spout.spout, spout.bolt, spout.conf[MULTILANG_COMMAND]) == (
+        True,
+        SHELL_SPOUT,
+        ["node", "randomsentence.js"],
+    )
     assert (split.bolt, split.conf[MULTILANG_COMMAND], split.outputs) == (
         SHELL_BOLT,
         ["python3", "splitsentence.py"],
@@ -71,10 +75,17 @@ def test_kafka_spout_names_the_class_and_the_ways_to_map_it(tmp_path: Path) -> N
     text = str(err.value)
     assert "spouts[0] (kafka-spout) (line 63)" in text
     assert "'org.apache.storm.kafka.spout.KafkaSpout'" in text
-    assert "topology.spark.sources" in text and "FluxShellSpout" in text and "python:pkg.mod:Class" in text
+    assert "topology.spark.sources" in text
+    assert "FluxShellSpout" in text
+    assert "python:pkg.mod:Class" in text
     # the user's one-line mapping: Spark's Kafka source replaces the KafkaSpout
-    mapped = (DATA / "kafka_spout.yaml").read_text().replace(
-        "config:\n  topology.workers: 1", "config:\n  topology.workers: 1\n  topology.spark.sources: {kafka-spout: [value]}"
+    mapped = (
+        (DATA / "kafka_spout.yaml")
+        .read_text()
+        .replace(
+            "config:\n  topology.workers: 1",
+            "config:\n  topology.workers: 1\n  topology.spark.sources: {kafka-spout: [value]}",
+        )
     )
     topo = load_topology(_flux(tmp_path, mapped))
     assert topo.components["kafka-spout"].source
@@ -92,9 +103,14 @@ def test_java_bolt_error_and_the_class_map(tmp_path: Path) -> None:
         streams:
           - {from: s, to: b, grouping: {type: SHUFFLE}}
         """
-    with pytest.raises(ConfigError, match=r"bolts\[0\] \(b\) \(line 6\): bolt 'b' names the Java class 'org.example.MyBolt'"):
+    with pytest.raises(
+        ConfigError, match=r"bolts\[0\] \(b\) \(line 6\): bolt 'b' names the Java class 'org.example.MyBolt'"
+    ):
         load_topology(_flux(tmp_path, text))
-    mapped = text.replace("config: {", "config: {topology.flux.classes: {org.example.MyBolt: 'python:tests.integration.bolts:RecordingBolt'}, ")
+    mapped = text.replace(
+        "config: {",
+        "config: {topology.flux.classes: {org.example.MyBolt: 'python:tests.integration.bolts:RecordingBolt'}, ",
+    )
     topo = load_topology(_flux(tmp_path, mapped))
     assert topo.components["b"].bolt == "tests.integration.bolts:RecordingBolt"
 
@@ -109,18 +125,26 @@ def test_substitution_with_storms_test_properties(monkeypatch: pytest.MonkeyPatc
 
 
 def test_unresolved_substitutions_name_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match=r"substitution-test.yaml line 22: \$\{topology.name\} is not resolved: no properties file"):
+    with pytest.raises(
+        ConfigError, match=r"substitution-test.yaml line 22: \$\{topology.name\} is not resolved: no properties file"
+    ):
         load_topology(DATA / "substitution-test.yaml")
     props = _flux(tmp_path, "topology.nam = x\n", "p.properties")
-    with pytest.raises(ConfigError, match=r"line 22: \$\{topology.name\} .* does not define it; did you mean 'topology.nam'"):
+    with pytest.raises(
+        ConfigError, match=r"line 22: \$\{topology.name\} .* does not define it; did you mean 'topology.nam'"
+    ):
         load_topology(DATA / "substitution-test.yaml", props)
     monkeypatch.delenv("NO_SUCH_VAR_HERE", raising=False)
-    with pytest.raises(ConfigError, match=r"x line 2: \$\{ENV-NO_SUCH_VAR_HERE\}: environment variable 'NO_SUCH_VAR_HERE' is not set"):
+    with pytest.raises(
+        ConfigError, match=r"x line 2: \$\{ENV-NO_SUCH_VAR_HERE\}: environment variable 'NO_SUCH_VAR_HERE' is not set"
+    ):
         substitute("# ${ignored in comments}\nname: ${ENV-NO_SUCH_VAR_HERE}\n", {}, "x")
 
 
 def test_properties_files_as_java_reads_them(tmp_path: Path) -> None:
-    path = _flux(tmp_path, "# c\n! c\na.b = 1\nc: two words\nd three\nlong = x \\\n    y\nesc\\=key = \\u0041\n", "p.properties")
+    path = _flux(
+        tmp_path, "# c\n! c\na.b = 1\nc: two words\nd three\nlong = x \\\n    y\nesc\\=key = \\u0041\n", "p.properties"
+    )
     assert read_properties(path) == {"a.b": "1", "c": "two words", "d": "three", "long": "x y", "esc=key": "A"}
 
 
@@ -193,7 +217,8 @@ def test_every_grouping_parallelism_and_tasks(tmp_path: Path) -> None:
     from spark_storm.topology.grouping import make_grouper
 
     grouper = make_grouper(c.inputs[-1], b, [7, 8, 9])
-    assert grouper.choose([1]) == [8] and grouper.choose([0]) == [7]
+    assert grouper.choose([1]) == [8]
+    assert grouper.choose([0]) == [7]
     # the converted topology round-trips through our own YAML form (what `submit` stores)
     again = topology_from_dict(yaml.safe_load(yaml.safe_dump(topology_to_dict(topo))), "stored")
     assert again == topo
@@ -227,7 +252,9 @@ def test_python_classes_take_flux_constructor_args(tmp_path: Path) -> None:
         streams: [{from: s, to: b, grouping: {type: SHUFFLE}}]
         """,
     )
-    with pytest.raises(ConfigError, match=r"bolts\[0\] \(b\) \(line 10\): constructorArgs: references to Flux 'components'"):
+    with pytest.raises(
+        ConfigError, match=r"bolts\[0\] \(b\) \(line 10\): constructorArgs: references to Flux 'components'"
+    ):
         load_topology(path)
 
 
@@ -260,13 +287,19 @@ def test_python_classes_take_flux_constructor_args(tmp_path: Path) -> None:
         ("name: t\ntopologySource: {className: org.x.Source}\n", r"'topologySource' asks a Java class"),
         ("spouts: []\nbolts: []\n", r"'name' is missing"),
         ("name: t\nspoutz: []\nbolts: []\n", r"unknown top-level key 'spoutz'. Did you mean 'spouts'\?"),
-        ("name: t\nbolts: [{id: b, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt, paralelism: 2}]\n", r"unknown key 'paralelism'. Did you mean 'parallelism'\?"),
+        (
+            "name: t\nbolts: [{id: b, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt, paralelism: 2}]\n",
+            r"unknown key 'paralelism'. Did you mean 'parallelism'\?",
+        ),
         (
             "name: t\nspouts:\n  - id: s\n    className: org.apache.storm.flux.wrappers.spouts.FluxShellSpout\n    constructorArgs: [python3 x.py]\n"
             "bolts: [{id: b, className: org.apache.storm.flux.wrappers.bolts.LogInfoBolt}]\nstreams: [{from: s, to: b, grouping: {type: SHUFFLE}}]\n",
             r"'s' declares no stream 'default'",
         ),
-        ("name: t\nincludes: [{file: nowhere.yaml}]\nbolts: []\n", r"includes\[0\] \(line 2\): included file 'nowhere.yaml' not found"),
+        (
+            "name: t\nincludes: [{file: nowhere.yaml}]\nbolts: []\n",
+            r"includes\[0\] \(line 2\): included file 'nowhere.yaml' not found",
+        ),
         ("name: t\nbolts: [{id: b\n", r"is not valid YAML"),
         (
             "name: t\nconfig: {topology.spark.sources: [s]}\nspouts: [{id: s, className: org.x.S}]\n"
@@ -274,7 +307,20 @@ def test_python_classes_take_flux_constructor_args(tmp_path: Path) -> None:
             r"bolt 'b' gets no stream",
         ),
     ],
-    ids=["missing-component", "unknown-grouping", "typo-in-to", "fields-of-spark-source", "topology-source", "no-name", "top-key", "def-key", "shell-no-fields", "include", "yaml", "no-stream"],
+    ids=[
+        "missing-component",
+        "unknown-grouping",
+        "typo-in-to",
+        "fields-of-spark-source",
+        "topology-source",
+        "no-name",
+        "top-key",
+        "def-key",
+        "shell-no-fields",
+        "include",
+        "yaml",
+        "no-stream",
+    ],
 )
 def test_bad_flux_files_name_the_line_or_key(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error):

@@ -97,7 +97,7 @@ def test_serializer_names() -> None:
     assert make_serializer("json").name == "json"
     assert make_serializer("org.apache.storm.multilang.JsonSerializer").name == "json"
     assert make_serializer("com.example.MessagePackSerializer").name == "msgpack"
-    with pytest.raises(ConfigError, match="topology.multilang.serializer.*'xml'.*json.*msgpack"):
+    with pytest.raises(ConfigError, match=r"topology.multilang.serializer.*'xml'.*json.*msgpack"):
         make_serializer("xml")
 
 
@@ -110,7 +110,13 @@ def test_messages_are_checked() -> None:
     with pytest.raises(ProtocolError, match="the child sent list"):
         command_of([1, 2], BOLT_COMMANDS)
     emit = parse_emit({"command": "emit", "tuple": ["a"], "anchors": ["1", 2], "task": 0})
-    assert (emit.values, emit.stream, emit.anchors, emit.task, emit.need_task_ids) == (["a"], "default", ("1", "2"), None, True)
+    assert (emit.values, emit.stream, emit.anchors, emit.task, emit.need_task_ids) == (
+        ["a"],
+        "default",
+        ("1", "2"),
+        None,
+        True,
+    )
     emit = parse_emit({"command": "emit", "tuple": ["a"], "stream": "s", "task": 9, "need_task_ids": False, "id": 4})
     assert (emit.stream, emit.task, emit.need_task_ids, emit.message_id) == ("s", 9, False, 4)
     with pytest.raises(ProtocolError, match="'tuple', a list"):

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 MSGPACK = "--serializer" in sys.argv and sys.argv[sys.argv.index("--serializer") + 1] == "msgpack"
 out = sys.stdout.buffer
@@ -21,7 +22,7 @@ if MSGPACK:
 
     unpacker = msgpack.Unpacker(raw=False)
 
-    def read():
+    def read() -> Any:
         while True:
             for msg in unpacker:
                 return msg
@@ -30,14 +31,14 @@ if MSGPACK:
                 sys.exit(0)
             unpacker.feed(data)
 
-    def send(msg):
+    def send(msg: Any) -> None:
         out.write(msgpack.packb(msg, use_bin_type=True))
         out.flush()
 
 else:
 
-    def read():
-        lines = []
+    def read() -> Any:
+        lines: list[bytes] = []
         while True:
             line = inp.readline()
             if not line:
@@ -46,7 +47,7 @@ else:
                 return json.loads(b"".join(lines))
             lines.append(line)
 
-    def send(msg):
+    def send(msg: Any) -> None:
         out.write(json.dumps(msg).encode() + b"\nend\n")
         out.flush()
 
