@@ -198,7 +198,9 @@ def test_pystorm_bolt_in_process(tmp: Path) -> None:
     run = Run(tmp, topo, 1).start()
     slot = run.cluster.slots[0]
     run.send_to_sources([*rows(1000), ["boom", 0]])
-    wait_until(lambda: _total(run.health(slot), "out", "executed") >= 1000, what="1000 tuples through pystorm in-process")
+    wait_until(
+        lambda: _total(run.health(slot), "out", "executed") >= 1000, what="1000 tuples through pystorm in-process"
+    )
     wait_until(lambda: "RuntimeError: boom on purpose" in _errors(run, slot), what="the bolt's exception reported")
     health = run.health(slot)
     assert _total(health, "echo", "acked") == 1000
