@@ -20,6 +20,7 @@ CPU seconds of the worker process and of its children over each side (``/proc``)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -66,10 +67,8 @@ def _cpu(pid: int) -> float:
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             out += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            pass
     return out
 
 
@@ -163,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 best[side] = (secs / count, cpu / count, kids / count)
             print(f"round {r + 1}: {side:22s} {count / secs:12,.0f} tuples/s", file=sys.stderr, flush=True)
     base = 1 / best["native"][0]
-    print(f"\n{n:,} tuples of ~100 bytes through one worker; bolt parallelism {args.parallelism}; best of {args.rounds}")
+    print(f"\n{n:,} tuples of ~100 bytes through one worker; bolt parallelism {args.parallelism}", end="")
+    print(f"; best of {args.rounds} rounds")
     if ov:
         print("worker settings: " + ", ".join(f"{k}={v}" for k, v in ov.items()))
     print(f"{'side':22s} {'tuples/s':>12s} {'vs native':>10s} {'worker us/tuple':>16s} {'children us/tuple':>18s}")

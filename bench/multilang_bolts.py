@@ -27,7 +27,7 @@ class NativeEcho(Bolt):
 class PystormEcho(PystormBolt):  # type: ignore[misc]
     """The same bolt as a streamparse/pystorm user writes it (auto_anchor, auto_ack)."""
 
-    outputs = ["v"]
+    outputs = ("v",)
 
     def process(self, tup: Any) -> None:
         self.emit(tup.values)

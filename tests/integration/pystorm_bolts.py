@@ -10,7 +10,7 @@ from pystorm import Bolt  # type: ignore[import-untyped]
 class EchoBolt(Bolt):  # type: ignore[misc]
     """(key, n) -> (key, n), auto-anchored and auto-acked; the key ``boom`` raises."""
 
-    outputs = ["key", "n"]
+    outputs = ("key", "n")
 
     def initialize(self, conf: dict[str, Any], ctx: dict[str, Any]) -> None:
         self.seen = 0

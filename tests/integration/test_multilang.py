@@ -28,7 +28,7 @@ CHILD = str(Path(__file__).resolve().parent / "children" / "echo_bolt.py")
 FLUX = ROOT / "tests" / "data" / "flux"
 
 
-def _topology(tmp: Path, serializer: str = "json", **conf: Any) -> dict[str, Any]:
+def _topology(tmp: Path, serializer: str = "json", **conf: object) -> dict[str, Any]:
     command = [sys.executable, CHILD] + (["--serializer", "msgpack"] if serializer == "msgpack" else [])
     return {
         "name": "ml",
@@ -86,7 +86,8 @@ def test_multilang_bolt_exact_through_a_worker(tmp: Path, serializer: str) -> No
 
 
 def test_hung_child_is_killed_and_restarted(tmp: Path) -> None:
-    topo = _topology(tmp, **{"topology.subprocess.timeout.secs": 1, "topology.multilang.heartbeat.interval.ms": 200})
+    conf = {"topology.subprocess.timeout.secs": 1, "topology.multilang.heartbeat.interval.ms": 200}
+    topo = _topology(tmp, "json", **conf)
     topo["components"][1]["parallelism"] = 1
     run = Run(tmp, topo, 1).start()
     slot = run.cluster.slots[0]
