@@ -8,6 +8,7 @@ exist; pystorm bolts in-process.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import zipfile
@@ -208,3 +209,45 @@ def test_pystorm_bolt_in_process(tmp: Path) -> None:
     assert _total(health, "echo", "failed") == 1  # auto_fail
     records = run.stop()
     assert sum(sum(r["keys"].values()) for r in records["out"].values()) == 1000
+
+
+def _spout_topology(tmp: Path, spout: dict[str, Any], **conf: object) -> dict[str, Any]:
+    return {
+        "name": "spouts",
+        "conf": {"record.dir": str(tmp / "records"), **conf},
+        "components": [
+            {"id": "s", "fields": ["key", "n"], **spout},
+            {
+                "id": "out",
+                "bolt": "tests.integration.bolts:RecordingBolt",
+                "parallelism": 2,
+                "inputs": [{"from": "s", "grouping": "fields", "fields": ["key"]}],
+            },
+        ],
+    }
+
+
+def test_python_spout_trees_ack_and_fail_back_to_the_spout(tmp: Path) -> None:
+    topo = _spout_topology(tmp, {"spout": "tests.integration.bolts:ReliableSpout"}, **{"spout.count": 100})
+    run = Run(tmp, topo, 2).start()  # the trees cross workers: acks travel back to the spout's acker
+    spout_slot = run.plan.task_slot[run.plan.component_tasks["s"][0]]
+    wait_until(lambda: _total(run.health(spout_slot), "s", "acked") == 90, what="90 trees acked to the spout")
+    wait_until(lambda: _total(run.health(spout_slot), "s", "failed") == 10, what="the 10 'boom' trees failed")
+    run.stop()
+    recorded = json.loads(next((tmp / "records").glob("spout-*.record")).read_text())
+    assert recorded["failed"] == list(range(0, 100, 10))
+    assert recorded["acked"] == [i for i in range(100) if i % 10]
+
+
+def test_hung_shell_spout_is_killed_and_restarted(tmp: Path) -> None:
+    spout = {"shell": [sys.executable, str(Path(CHILD).parent / "count_spout.py"), "--hang-after", "50"], "spout": True}
+    topo = _spout_topology(tmp, spout, **{"topology.subprocess.timeout.secs": 1})
+    run = Run(tmp, topo, 1).start()
+    slot = run.cluster.slots[0]
+    wait_until(lambda: "no sync for 'next'" in _errors(run, slot), what="the hung spout child killed", timeout=30)
+    errors = _errors(run, slot)
+    assert f"multilang spout s:{run.plan.component_tasks['s'][0]}: child" in errors
+    assert "count_spout.py --hang-after 50` (pid" in errors
+    assert "restarting it in" in errors
+    wait_until(lambda: _total(run.health(slot), "s", "acked") >= 80, what="the restarted child's trees acked")
+    run.stop()
