@@ -106,6 +106,7 @@ _OWNED_PREFIXES: Final = (
     "topology.transfer.",
     "topology.worker.",
     "topology.serializer",
+    "topology.state.",
     "worker.",
     "storm.zookeeper.",
     "nimbus.",

@@ -751,7 +751,9 @@ def topology_from_flux(data: Mapping[str, Any], origin: str = "Flux file") -> To
     if data.get("workerHooks"):
         conv.notes.append("workerHooks: Java IWorkerHook classes, not run (a Python bolt's prepare/cleanup can do it)")
     if data.get("components"):
-        conv.notes.append("components: Java beans for Java spouts and bolts, not built (Python classes take plain values)")
+        conv.notes.append(
+            "components: Java beans for Java spouts and bolts, not built (Python classes take plain values)"
+        )
     kwargs = []
     for section in ("spouts", "bolts"):
         for i, raw in enumerate(conv.defs(section)):
