@@ -229,6 +229,7 @@ class ShellBolt(Bolt):
         with self._lock:
             self._proc = proc
             self._restart_at = None
+            self._heartbeat_sent = 0.0
         proc.run(self._outbox, self._encode, self._on_messages, self._on_exit)
 
     def _collector(self) -> Any:
@@ -352,11 +353,10 @@ class ShellBolt(Bolt):
         with self._lock:
             if proc is not self._proc:
                 return
-            self._proc = None
+            self._proc = None  # no restart is planned until what it held has failed
             closing = self._closing.is_set()
             delay = self._backoff.next_delay(time.monotonic() - proc.started)
-            if not closing:
-                self._restart_at = time.monotonic() + delay
+        proc.close(0.0)  # its writer is joined first: nothing more is registered as sent to it
         pending, self._inflight = self._inflight, {}
         tc = self._collector()
         for tup in pending.values():
@@ -371,8 +371,9 @@ class ShellBolt(Bolt):
         )
         logger.error("%s", error)
         tc.report_error(error)
-        self._outbox.wake()
-        proc.close(0.0)
+        with self._lock:
+            if not self._closing.is_set():
+                self._restart_at = time.monotonic() + delay
 
     # ------------------------------------------------------------------ monitor thread
     def _monitor_loop(self) -> None:
@@ -391,8 +392,8 @@ class ShellBolt(Bolt):
                     f"(topology.subprocess.timeout.secs / supervisor.worker.timeout.secs = {s.timeout_s:g})"
                 )
                 continue
-            if s.heartbeat_s and now - getattr(proc, "heartbeat_sent", 0.0) >= s.heartbeat_s:
-                proc.heartbeat_sent = now  # type: ignore[attr-defined]
+            if s.heartbeat_s and now - self._heartbeat_sent >= s.heartbeat_s:
+                self._heartbeat_sent = now
                 self._outbox.put_control(heartbeat_tuple(f"hb{next(self._ids)}"))
 
     def _restart(self) -> None:
