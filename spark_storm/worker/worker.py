@@ -485,6 +485,7 @@ class Worker:
             "components": {
                 cid: {
                     "source": c.source,
+                    "spout": c.spout,
                     "bolt": c.bolt,
                     "parallelism": c.parallelism,
                     "tasks": list(state.plan.component_tasks[cid]),
