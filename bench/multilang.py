@@ -35,7 +35,7 @@ import yaml
 from bench.worker import executed
 from spark_storm.messaging import TaskMessage
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = str(ROOT / "bench" / "multilang_bolts.py")
@@ -112,7 +112,9 @@ def run_side(kind: str, n: int, batch: int, parallelism: int, overrides: dict[st
     ctx = make_context({"storm.messaging.transport": "tcp"})
     try:
         slot = cluster.slots[0]
-        pid = int((cluster.heartbeat(slot) or {})["pid"])
+        heartbeat = cluster.heartbeat(slot)
+        assert heartbeat is not None
+        pid = int(heartbeat["pid"])
         task = cluster.plan.component_tasks["in"][0]
         conn = ctx.connect("bench-ml", slot.host, slot.port)
         conn.wait_ready(30)

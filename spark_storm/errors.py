@@ -5,6 +5,7 @@
     StormError                          root: ``except StormError`` catches everything we raise
     +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
     +-- WireFormatError                 bytes on a connection are not a valid frame stream
+    +-- ReportFormatError (ValueError)  a heartbeat or /health record is not of the shape a worker writes
     +-- TransportError                  something went wrong with a context or connection
         +-- UnknownTransportError       storm.messaging.transport names nothing we can load
         +-- TransportInitError          the plugin was found but its constructor failed (cause chained)
@@ -13,6 +14,7 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+        +-- RequestTimeoutError         request() got no answer in time
     +-- MultilangError                  a multilang child (ShellBolt/ShellSpout) could not start or failed
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
@@ -42,6 +44,8 @@ __all__ = [
     "ConnectionClosedError",
     "MultilangError",
     "NoNimbusError",
+    "ReportFormatError",
+    "RequestTimeoutError",
     "SendTimeoutError",
     "StateCorruptError",
     "StateError",
@@ -75,6 +79,10 @@ class WireFormatError(StormError):
     """
 
 
+class ReportFormatError(StormError, ValueError):
+    """A worker's heartbeat or metrics record (file, znode, ``/health``) is not of the shape a worker writes."""
+
+
 class TransportError(StormError):
     """Base of errors raised by contexts and connections."""
 
@@ -105,6 +113,10 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class RequestTimeoutError(TransportError):
+    """A coordination request got no answer within its timeout (the peer is slow, gone, or reconnecting)."""
 
 
 class MultilangError(StormError):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from spark_storm.topology import Slot
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import wait_until
 from tests.integration.runs import Run, rows
 
@@ -53,7 +53,7 @@ def _topology(tmp: Path, serializer: str = "json", **conf: object) -> dict[str, 
     }
 
 
-def _tasks(health: dict[str, Any], component: str) -> dict[str, Any]:
+def _tasks(health: Any, component: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for executor in health["executors"].values():
         if executor["component"] == component:
@@ -61,7 +61,7 @@ def _tasks(health: dict[str, Any], component: str) -> dict[str, Any]:
     return out
 
 
-def _total(health: dict[str, Any], component: str, counter: str) -> int:
+def _total(health: Any, component: str, counter: str) -> int:
     return sum(t[counter] for t in _tasks(health, component).values())
 
 
