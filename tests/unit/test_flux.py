@@ -353,3 +353,50 @@ def test_storm_jvm_settings_are_dropped_with_a_note(tmp_path: Path) -> None:
     )
     assert "topology.worker.childopts" not in topo.conf
     assert any("topology.worker.childopts" in n and "dropped" in n for n in topo.notes)
+
+
+class Greeter:
+    """A Python component Flux builds with constructorArgs, properties and configMethods."""
+
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+        self.calls: list[tuple[str, int]] = []
+        self.loud = False
+
+    def set_loud(self, value: bool) -> None:
+        self.loud = value
+
+    def with_name(self, name: str, times: int) -> None:
+        self.calls.append((name, times))
+
+
+def test_flux_construct_args_build_the_python_class(tmp_path: Path) -> None:
+    from spark_storm.topology.model import Component
+    from spark_storm.worker.adapters import adapt_class, is_pystorm_class
+
+    path = _flux(
+        tmp_path,
+        """\
+        name: c
+        config: {topology.spark.sources: [s]}
+        spouts: [{id: s, className: org.x.S}]
+        bolts:
+          - id: b
+            className: "python:tests.unit.test_flux:Greeter"
+            outputs: []
+            constructorArgs: ["hello"]
+            properties: [{name: loud, value: true}, {name: extra, value: 7}]
+            configMethods: [{name: with_name, args: ["storm", 2]}]
+        streams: [{from: s, to: b, grouping: {type: SHUFFLE}}]
+        """,
+    )
+    component = load_topology(path).components["b"]
+    built = adapt_class(component, Greeter)()  # what an executor does: no arguments
+    assert (built.greeting, built.loud, built.extra, built.calls) == ("hello", True, 7, [("storm", 2)])
+    assert adapt_class(Component("x", inputs=()), Greeter) is Greeter  # nothing to construct: the class itself
+
+    from tests.integration.pystorm_bolts import EchoBolt
+
+    assert is_pystorm_class(EchoBolt, "Bolt")
+    assert not is_pystorm_class(Greeter, "Bolt")
+    assert adapt_class(component, EchoBolt).__name__ == "InProcessEchoBolt"
