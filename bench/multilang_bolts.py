@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from pystorm import Bolt as PystormBolt  # type: ignore[import-untyped]
+from pystorm import Bolt as PystormBolt
 
 from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import Bolt

@@ -93,7 +93,7 @@ class KafkaExactResultBolt(StatefulBolt):
             self.pending = []
 
     def pre_commit(self, txid: int) -> None:
-        done = sorted(k[1] for k in self.state.keys() if isinstance(k, list) and k[:1] == ["out"] and k[1] <= txid)
+        done = sorted(k[1] for k in self.state if isinstance(k, list) and k[:1] == ["out"] and k[1] <= txid)
         for epoch in done:
             for record in self.state.get(["out", epoch]):
                 key = record.get(self.key_field) if self.key_field else None

@@ -54,7 +54,7 @@ class InProcessPystormBolt(Bolt):
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
-        from pystorm.component import Tuple as PystormTuple  # type: ignore[import-untyped]
+        from pystorm.component import Tuple as PystormTuple
 
         self._ptuple = PystormTuple
         self.name = f"{context.component_id}:{context.task_id}"

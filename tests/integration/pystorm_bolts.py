@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pystorm import Bolt  # type: ignore[import-untyped]
+from pystorm import Bolt
 
 
 class EchoBolt(Bolt):  # type: ignore[misc]
