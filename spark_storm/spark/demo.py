@@ -192,7 +192,7 @@ def run_demo(
     topo_path = _topology(work, arrow)
     kind = "columnar (batch bolts)" if arrow else "tuple"
     print(f"starting {workers} workers of the {kind} wordcount topology ...", flush=True)
-    cluster = LocalCluster(str(topo_path), workers)
+    cluster = LocalCluster(str(topo_path), workers, work_dir=work / "workers")
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     query = spark = None
     listener = _Sent()
@@ -230,5 +230,17 @@ def run_demo(
         f"the {TRIGGER_S:g} s trigger); processed by the topology: {processed:,}; words counted: {words:,}"
     )
     ok = sent == processed and all(c == 0 for c in codes.values())
-    print("sent == processed: OK" if ok else "sent != processed: MISMATCH (see the worker logs in " + str(work) + ")")
+    print("sent == processed: OK" if ok else f"sent != processed: MISMATCH (see {_logs_line(cluster, codes)})")
     return 0 if ok else 1
+
+
+def _logs_line(cluster: LocalCluster, codes: dict[Any, int]) -> str:
+    """Name the workers' log files that exist, with the exit code of each worker that failed."""
+    logs = [
+        f"{path} (exit code {codes[slot]})" if codes.get(slot) else str(path)
+        for slot, path in cluster.logs.items()
+        if path.exists()
+    ]
+    if not logs:
+        return f"the workers' folder {cluster.heartbeat_dir}: no worker wrote a log"
+    return "the worker logs: " + ", ".join(logs)
