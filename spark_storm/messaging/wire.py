@@ -324,9 +324,12 @@ def _task_list(tasks: frozenset[int]) -> bytes:
 
 def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, LoadMetrics):
-        for task in frame.loads:
+        for task, load in frame.loads.items():
             if not 0 <= task <= MAX_TASK_ID:
                 msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+                raise WireFormatError(msg)
+            if not 0.0 <= load <= 1.0:  # also false for NaN; every decoder refuses it, dropping the link
+                msg = f"load {load!r} of task {task} is outside 0.0..1.0: send a queue's fill, capped at 1.0"
                 raise WireFormatError(msg)
         return LOAD_METRICS, b"".join(_LOAD_ENTRY.pack(t, float(v)) for t, v in frame.loads.items())
     if isinstance(frame, Close):

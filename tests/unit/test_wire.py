@@ -175,3 +175,7 @@ def test_control_bodies_are_validated() -> None:
         body = struct.pack(">hd", 3, bad)
         with pytest.raises(WireFormatError, match=r"outside 0\.\.1"):
             FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, len(body)) + body)
+        # ... and the encoder refuses to send it, with the task and the value: every decoder
+        # would take such a frame for a broken peer and drop the connection.
+        with pytest.raises(WireFormatError, match=rf"load {bad!r} of task 3 is outside 0\.0\.\.1\.0"):
+            encode_control(LoadMetrics({1: 0.5, 3: bad}))
