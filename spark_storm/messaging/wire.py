@@ -31,6 +31,7 @@ __all__ = [
     "BatchAck",
     "BatchCommit",
     "BatchHeader",
+    "BatchQuery",
     "Challenge",
     "Close",
     "ControlFrame",
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"STRM"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 NONCE_SIZE: Final = 16
 SESSION_ID_SIZE: Final = 16
 
@@ -72,6 +73,7 @@ RECEIPT: Final = -711
 BATCH_HEADER: Final = -800
 BATCH_ACK: Final = -801
 BATCH_COMMIT: Final = -802
+BATCH_QUERY: Final = -803
 
 _LOAD_ENTRY: Final = struct.Struct(">hd")
 _HELLO_FIXED: Final = struct.Struct(">4sBB16s16sH")
@@ -82,6 +84,7 @@ _RECEIPT: Final = struct.Struct(">q")
 _BATCH_HEADER: Final = struct.Struct(">qiqiB")
 _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
+_BATCH_QUERY: Final = struct.Struct(">qiqB")
 _U16: Final = struct.Struct(">H")
 _TASK16: Final = struct.Struct(">h")
 
@@ -219,6 +222,29 @@ class BatchCommit:
     batch_id: int
 
 
+@dataclass(frozen=True)
+class BatchQuery:
+    """After a reconnect, a client asks what became of a group the server already received.
+
+    The server's receipt (or OK's ``resume_after``) covered the group, so it is not resent;
+    its ack, written to the old connection, was lost with it.  The server answers from its
+    ledger with a BatchAck: at once if the group reached ``required`` or failed, otherwise
+    when it does; FAILED if it does not know the group (e.g. the worker restarted), so the
+    sender retries now rather than at its ack timeout.
+    """
+
+    query_id: str
+    batch_id: int
+    partition: int
+    sequence: int
+    required: int = ACCEPTED
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(query id, batch id, partition, sequence) of the group asked about."""
+        return (self.query_id, self.batch_id, self.partition, self.sequence)
+
+
 ControlFrame = (
     LoadMetrics
     | Close
@@ -234,6 +260,7 @@ ControlFrame = (
     | BatchHeader
     | BatchAck
     | BatchCommit
+    | BatchQuery
 )
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
 Decoded = MessageBatch | ControlFrame
@@ -365,6 +392,9 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
         return BATCH_ACK, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchCommit):
         return BATCH_COMMIT, _BATCH_COMMIT.pack(frame.batch_id) + _str_field(frame.query_id, "query id")
+    if isinstance(frame, BatchQuery):
+        fixed = _BATCH_QUERY.pack(frame.batch_id, frame.partition, frame.sequence, frame.required)
+        return BATCH_QUERY, fixed + _str_field(frame.query_id, "query id")
     msg = f"not a control frame: {frame!r}"  # pragma: no cover - the Union is closed
     raise WireFormatError(msg)
 
@@ -493,6 +523,13 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         _need(body, _BATCH_COMMIT.size, "batch commit")
         (batch,) = _BATCH_COMMIT.unpack_from(body)
         return BatchCommit(_query_id(body, _BATCH_COMMIT.size, "batch commit"), batch)
+    if code == BATCH_QUERY:
+        _need(body, _BATCH_QUERY.size, "batch query")
+        batch, part, seq, required = _BATCH_QUERY.unpack_from(body)
+        if required not in (ACCEPTED, PROCESSED):
+            msg = f"batch query has required {required}; needs 1 or 2"
+            raise WireFormatError(msg)
+        return BatchQuery(_query_id(body, _BATCH_QUERY.size, "batch query"), batch, part, seq, required)
     msg = f"unknown control code {code}"
     raise WireFormatError(msg)
 
@@ -513,6 +550,7 @@ _KNOWN_CODES: Final = frozenset(
         BATCH_HEADER,
         BATCH_ACK,
         BATCH_COMMIT,
+        BATCH_QUERY,
     }
 )
 

@@ -7,6 +7,7 @@ runs against the real broker of the session fixture (tests/conftest.py).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from spark_storm.messaging import (
 )
 from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
+from spark_storm.transport._server import IOThreadServer
 from tests.helpers import wait_until
 from tests.tls_certs import tls_conf
 
@@ -554,6 +556,41 @@ def test_processed_groups_wait_for_the_receiver(net: Net) -> None:
         cb.done[0](PROCESSED)
         assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
         client.send_group(h, _msgs(1, 2))  # once processed, replays are dropped and acked at once
+        assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
+        assert len(cb.done) == 1
+
+
+def test_an_ack_due_after_a_reconnect_reaches_the_client(net: Net) -> None:
+    if net.variant in ("local", "kafka"):
+        pytest.skip("no connection to break: local is in-process, kafka's records outlive clients")
+
+    class Slow(IConnectionCallback):
+        def __init__(self) -> None:
+            self.done: list[Callable[[int], None]] = []
+
+        def recv(self, batch: MessageBatch) -> None:  # pragma: no cover - groups only
+            raise AssertionError
+
+        def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+            done(ACCEPTED)
+            self.done.append(done)
+
+    sctx, cctx = net.pair()
+    cb = Slow()
+    with sctx.bind(TOPO, 0, cb) as server, _connect(cctx, server) as client:
+        h = _header(0, 2, required=PROCESSED)
+        client.send_group(h, _msgs(1, 2))
+        wait_until(lambda: cb.done, what="the group to arrive")
+        assert client.wait_acks([h.key], ACCEPTED, 10) == {h.key: ACCEPTED}
+        # Break the connection while the group is being processed: a frame every client refuses
+        # (the load of 2.5 a worker used to send) makes it drop the connection and reconnect.
+        assert isinstance(server, IOThreadServer)
+        server._command(struct.pack(">hi", -1, 10) + struct.pack(">hd", 1, 2.5))
+        wait_until(
+            lambda: client.metrics()["reconnects"] >= 1 and client.status is ConnectionStatus.READY,
+            what="the client to reconnect",
+        )
+        cb.done[0](PROCESSED)  # the old connection is gone: the ack reaches the client only if it asked again
         assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
         assert len(cb.done) == 1
 

@@ -14,6 +14,7 @@ from spark_storm.messaging.wire import (
     BatchAck,
     BatchCommit,
     BatchHeader,
+    BatchQuery,
     Challenge,
     Close,
     Eob,
@@ -68,6 +69,14 @@ controls = st.one_of(
         st.integers(0, 255),
     ),
     st.builds(BatchCommit, text, st.integers(0, 2**62)),
+    st.builds(
+        BatchQuery,
+        text,
+        st.integers(-(2**62), 2**62),
+        st.integers(0, 2**31 - 1),
+        st.integers(0, 2**62),
+        st.sampled_from([1, 2]),
+    ),
 )
 items = st.lists(st.one_of(messages, controls), max_size=12)
 
@@ -171,6 +180,10 @@ def test_control_bodies_are_validated() -> None:
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -702, 5) + b"abcde")
     with pytest.raises(WireFormatError, match="load-metrics"):
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, 3) + b"abc")
+    query = encode_control(BatchQuery("q", 1, 2, 3, 2))
+    assert query[:2] == struct.pack(">h", -803)
+    with pytest.raises(WireFormatError, match="batch query has required 7"):
+        FrameDecoder(LIMIT).feed(query[:6] + struct.pack(">qiqB", 1, 2, 3, 7) + b"q")
     for bad in (float("nan"), float("inf"), -0.5, 1.5):
         body = struct.pack(">hd", 3, bad)
         with pytest.raises(WireFormatError, match=r"outside 0\.\.1"):
