@@ -39,8 +39,8 @@ from typing import Any, Final
 
 import yaml
 
+from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.tuples import Tuple
 
 
 class LatencyBolt(Bolt):

@@ -20,6 +20,10 @@
         +-- UnknownTopologyError (LookupError)  no topology of that name (UI/REST: 404)
         +-- ActionNotSupportedError     the cluster cannot do that action, e.g. rebalance a local cluster (501)
         +-- TopologyActionError         an action reached the workers and some refused or were unreachable (502)
+    +-- StateError                      a stateful bolt's state: a value it cannot store, a checkpoint that failed
+        +-- StateCorruptError           a state or log file (or Redis entry) is corrupt or truncated
+        +-- StateUnavailableError       the state backend cannot be reached (Redis down); names task and address
+        +-- CheckpointError             a checkpoint round could not complete (the sink's commit fails with it)
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -30,12 +34,16 @@ from __future__ import annotations
 __all__ = [
     "ActionNotSupportedError",
     "AuthenticationError",
+    "CheckpointError",
     "ClusterError",
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
     "NoNimbusError",
     "SendTimeoutError",
+    "StateCorruptError",
+    "StateError",
+    "StateUnavailableError",
     "StormError",
     "TopologyActionError",
     "TopologyExistsError",
@@ -123,3 +131,19 @@ class ActionNotSupportedError(ClusterError):
 
 class TopologyActionError(ClusterError):
     """A topology action was sent to the workers and at least one refused it or could not be reached."""
+
+
+class StateError(StormError):
+    """A stateful bolt's state: a key or value it cannot store, a checkpoint that failed."""
+
+
+class StateCorruptError(StateError):
+    """A state or input-log file (or Redis entry) is corrupt or truncated; the message names the task and where."""
+
+
+class StateUnavailableError(StateError):
+    """The state backend cannot be reached (e.g. Redis is down); the message names the task and the address."""
+
+
+class CheckpointError(StateError):
+    """A checkpoint round could not complete: a worker stayed unreachable, or kept failing tuples on replay."""

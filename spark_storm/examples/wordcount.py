@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_storm.worker import Tuple
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.tuples import Tuple
 
 __all__ = ["CountBolt", "ReportBolt", "SplitBolt", "open_report"]
 

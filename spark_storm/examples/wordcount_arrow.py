@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_storm.examples.wordcount import open_report
+from spark_storm.worker import ColumnarBatch
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
-from spark_storm.worker.columnar import ColumnarBatch
 
 __all__ = ["CountBatchBolt", "ReportBatchBolt", "SplitBatchBolt"]
 

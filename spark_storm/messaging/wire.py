@@ -86,7 +86,6 @@ _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
 _BATCH_QUERY: Final = struct.Struct(">qiqB")
 _U16: Final = struct.Struct(">H")
-_TASK16: Final = struct.Struct(">h")
 
 #: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
 MAX_QUERY_ID_BYTES: Final = 0xFFFF

@@ -1,6 +1,7 @@
 """What every transport's server and client share.
 
-Wrong-side errors, the pull queue, callback registration, load tables and counters.
+The pull queue, callback registration, the delivery ledger, load tables and counters
+(servers); acks, loads and backpressure status heard from the server (clients).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, Self
+from collections.abc import Iterable, Mapping
+from typing import Any, Self, TypeVar
 
 from spark_storm.config import (
     STORM_LEDGER_MAX,
@@ -25,9 +26,11 @@ from spark_storm.messaging.api import (
     RECV_NOBLOCK,
     CallbackLike,
     GroupKey,
+    IClient,
     IConnection,
     IConnectionCallback,
     IContext,
+    IServer,
     as_callback,
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
@@ -40,6 +43,7 @@ __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
 logger = logging.getLogger(__name__)
 
 _MAX_UNCLAIMED_ACKS = 100_000
+_C = TypeVar("_C", bound=IConnection)
 
 
 def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]:
@@ -51,30 +55,12 @@ def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]
     return messages if isinstance(messages, list) else list(messages)
 
 
-class _Side(IConnection):
-    role = "connection"
-
-    def _wrong_side(self, call: str) -> NoReturn:
-        other = "server" if self.role == "client" else "client"
-        msg = (
-            f"{call}() is a {other}-side call but this is a {self.role} connection "
-            f"({self.describe()}); see the table in spark_storm.messaging.api"
-        )
-        raise UnsupportedOperationError(msg)
-
-    def describe(self) -> str:
-        """Short text naming this connection, for logs and errors."""
-        return f"{self.role} port {self.port}"
-
-
-class ServerBase(_Side):
+class ServerBase(IServer):
     """Server-side behaviour common to every transport.
 
     The transport's receive thread calls :meth:`deliver`; this class routes batches to
     the registered callback (push) or to a bounded queue for :meth:`recv` (pull).
     """
-
-    role = "server"
 
     def __init__(self, conf: Config, topology_id: str, callback: CallbackLike | None) -> None:
         self.topology_id = topology_id
@@ -198,7 +184,7 @@ class ServerBase(_Side):
     def closed(self) -> bool:
         return self._closed
 
-    # --- IConnection ----------------------------------------------------------------
+    # --- IServer --------------------------------------------------------------------
     def register_recv(self, callback: CallbackLike) -> None:
         cb = as_callback(callback)
         with self._cond:
@@ -250,30 +236,13 @@ class ServerBase(_Side):
             self._cond.notify_all()
             return out
 
-    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
-        self._wrong_side("send")
-
-    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
-        self._wrong_side("send_group")
-
-    def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
-        self._wrong_side("wait_acks")
-
-    def send_commit(self, query_id: str, batch_id: int) -> None:
-        self._wrong_side("send_commit")
-
-    def backpressure_tasks(self) -> frozenset[int]:
-        self._wrong_side("backpressure_tasks")
+    def describe(self) -> str:
+        """Short text naming this connection, for logs and errors."""
+        return f"server port {self.port}"
 
     def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
         with self._cond:
             return {t: self._peer_loads[t] for t in tasks if t in self._peer_loads}
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        return not self._closed
 
     @property
     def status(self) -> ConnectionStatus:
@@ -289,9 +258,6 @@ class ServerBase(_Side):
                 ledger_bytes=self.ledger.size_bytes,
             )
             out.update(
-                sent=0,
-                lost=0,
-                reconnects=0,
                 pending=len(self._queue),
                 dest=self.describe(),
                 src=self.topology_id,
@@ -300,10 +266,8 @@ class ServerBase(_Side):
             return out
 
 
-class ClientBase(_Side):
-    """Client-side behaviour common to every transport: wrong-side errors, loads, backpressure."""
-
-    role = "client"
+class ClientBase(IClient):
+    """Client-side behaviour common to every transport: acks, loads, backpressure."""
 
     def __init__(self, topology_id: str, host: str, port: int) -> None:
         self.topology_id = topology_id
@@ -359,15 +323,6 @@ class ClientBase(_Side):
     def backpressure_tasks(self) -> frozenset[int]:
         return self._bp_tasks
 
-    def send_backpressure_status(self, status: BackpressureStatus) -> None:
-        self._wrong_side("send_backpressure_status")
-
-    def register_recv(self, callback: CallbackLike) -> None:
-        self._wrong_side("register_recv")
-
-    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
-        self._wrong_side("recv")
-
 
 class TrackingContext(IContext):
     """Context base for the socket transports: builds connections, tracks them, closes them in term()."""
@@ -384,10 +339,10 @@ class TrackingContext(IContext):
     def from_conf(cls, conf: Mapping[str, Any]) -> Self:
         return cls(Config.of(conf))
 
-    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IServer:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it
 
-    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it
 
     def _release(self) -> None:
@@ -398,7 +353,7 @@ class TrackingContext(IContext):
             msg = f"{call} on a terminated {self.alias} context"
             raise ConnectionClosedError(msg)
 
-    def _track(self, conn: IConnection) -> IConnection:
+    def _track(self, conn: _C) -> _C:
         with self._lock:
             if self._terminated:
                 conn.close()
@@ -413,11 +368,11 @@ class TrackingContext(IContext):
             if conn in self._connections:
                 self._connections.remove(conn)
 
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IServer:
         self._check_open("bind")
         return self._track(self._new_server(topology_id, port, callback))
 
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+    def connect(self, topology_id: str, host: str, port: int) -> IClient:
         self._check_open("connect")
         if not 0 < port <= 65535:
             msg = f"cannot connect to port {port}: ports are 1..65535"

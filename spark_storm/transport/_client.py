@@ -25,7 +25,7 @@ from spark_storm.config import (
     Config,
 )
 from spark_storm.errors import ConnectionClosedError, TransportError
-from spark_storm.messaging.api import IConnection
+from spark_storm.messaging.api import IClient
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
 from spark_storm.transport._backoff import backoff_from_conf
@@ -61,7 +61,7 @@ def check_group_size(header: BatchHeader, messages: Sequence[TaskMessage], max_f
 class _Owner(Protocol):
     conf: Config
 
-    def forget(self, conn: IConnection) -> None: ...
+    def forget(self, conn: IClient) -> None: ...
 
 
 class SessionClient(ClientBase):

@@ -154,7 +154,7 @@ class ClientSession:
         WireFormatError
             A task id out of range; nothing of the batch is admitted.
         ConnectionClosedError, SendTimeoutError
-            See :meth:`IConnection.send`.
+            See :meth:`IClient.send`.
         """
         body = encode_messages(batch)  # validates every task id before anything changes
         count = len(batch)

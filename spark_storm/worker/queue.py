@@ -27,9 +27,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BatchQueue"]
+__all__ = ["BatchQueue", "QueueItem"]
 
 T = TypeVar("T")
+
+#: An executor queue item: (task, list of tuples) or (task, columnar batch); the task may be
+#: BROADCAST_TASK (every task of the executor).
+QueueItem = tuple[int, Any]
 
 
 class BatchQueue(Generic[T]):

@@ -33,18 +33,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
-from spark_storm.messaging import IConnection
+from spark_storm.messaging import IClient, IServer
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
 from spark_storm.worker.executor import Executor
-from spark_storm.worker.receive import DeserializingConnectionCallback, Receiver
+from spark_storm.worker.receive import DeserializingConnectionCallback
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
 from spark_storm.worker.timer import HeartbeatFile, WorkerTimer
-from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
-from spark_storm.worker.tuples import CLIENT_COMPONENT
 
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
@@ -105,13 +104,10 @@ class Worker:
         self.stop_reason: str | None = None
         self.failed = False
         self.state = WorkerState(plan, slot, self.conf, self.settings, self.request_stop)
-        self.receiver = Receiver(self.state, self.settings.dead_letter_file)
-        self.transfer = WorkerTransfer(self.state, self.settings)
-        self.state.receiver, self.state.transfer = self.receiver, self.transfer
-        self.backpressure = BackPressureTracker(str(slot), lambda: self.state.server)
-        self.state.route_to(
-            {spec: self.state.build_executor(spec, self.backpressure) for spec in plan.executors_of(slot)}
-        )
+        self.receiver = self.state.receiver
+        self.transfer = self.state.transfer
+        self.backpressure = self.state.backpressure
+        self.state.route_to({spec: self.state.build_executor(spec) for spec in plan.executors_of(slot)})
         self._threads: list[threading.Thread] = []
         self._active = False
         self.metrics_port: int | None = None
@@ -142,11 +138,11 @@ class Worker:
         return self.state.executors
 
     @property
-    def connections(self) -> dict[Slot, IConnection]:
+    def connections(self) -> dict[Slot, IClient]:
         return dict(self.state.connections)
 
     @property
-    def server(self) -> IConnection | None:
+    def server(self) -> IServer | None:
         return self.state.server
 
     @property
@@ -222,7 +218,7 @@ class Worker:
         self._threads.append(t)
         return t
 
-    def _connect(self, plan: Plan, current: dict[Slot, IConnection]) -> dict[Slot, IConnection]:
+    def _connect(self, plan: Plan, current: dict[Slot, IClient]) -> dict[Slot, IClient]:
         """Return connections to every other worker that runs tasks (reusing ``current`` ones)."""
         conns = {}
         hosting = set(plan.task_slot.values())
@@ -281,7 +277,7 @@ class Worker:
         wanted = set(plan.executors_of(self.slot))
         kept = {spec: e for spec, e in self.executors.items() if spec in wanted}
         removed = [e for spec, e in self.executors.items() if spec not in wanted]
-        added = {spec: self.state.build_executor(spec, self.backpressure) for spec in wanted if spec not in kept}
+        added = {spec: self.state.build_executor(spec) for spec in wanted if spec not in kept}
         self.state.swap(plan, merged, {**kept, **added})
         deadline = time.monotonic() + self.settings.shutdown_timeout_s
         for executor in removed:
@@ -306,10 +302,6 @@ class Worker:
             len(removed),
             ", ".join(map(str, sorted(merged))) or "none",
         )
-
-    def refresh_connections(self, plan: Plan) -> None:
-        """Storm's name for :meth:`refresh`."""
-        self.refresh(plan)
 
     def request_stop(self, reason: str, *, failure: bool = True) -> None:
         """Ask for an ordered shutdown (from any thread: a failing bolt, a dead thread, a signal)."""

@@ -1,4 +1,4 @@
-"""A cluster of worker processes of one test topology, fed by a raw IConnection client."""
+"""A cluster of worker processes of one test topology, fed by a raw IClient."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import yaml
 
-from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.messaging import IClient, IContext, TaskMessage
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
 from spark_storm.worker.cluster import LocalCluster
@@ -30,7 +30,7 @@ class Run:
         path.write_text(yaml.safe_dump(topo))
         self.cluster = LocalCluster(str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides})
         self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
-        self.conns: dict[Slot, IConnection] = {}
+        self.conns: dict[Slot, IClient] = {}
         self.stopped = False
         RUNS.append(self)
 

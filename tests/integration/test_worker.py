@@ -1,4 +1,4 @@
-"""Real worker processes on loopback, fed by a raw IConnection client; exact counts."""
+"""Real worker processes on loopback, fed by a raw IClient; exact counts."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import msgpack
 import pytest
 
+from spark_storm.codec.tuples import BROADCAST_TASK
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.tuples import BROADCAST_TASK
 from tests.helpers import wait_until
 from tests.integration.runs import Run, arrow_payload, rows
 

@@ -1,6 +1,7 @@
 """Tuple payloads on the wire (documented in docs/protocol.md, "Tuple payloads").
 
-The messaging layer treats payloads as opaque; this module is the worker's codec:
+The messaging layer treats payloads as opaque; these are the byte layouts of the codec
+(:mod:`spark_storm.codec.encoder` and :mod:`~spark_storm.codec.decoder` decide which to use):
 
 * to a **source** task (from Spark or any client): the values of one tuple as an array
   (``topology.serializer``, msgpack by default), or an **Arrow IPC stream** (starts with
@@ -8,7 +9,8 @@ The messaging layer treats payloads as opaque; this module is the worker's codec
   columns matched to the source's fields by name — what the Spark writer sends;
 * between bolts, tuples: ``[source_task, stream, [values, ...], anchors]`` — every tuple a
   task emitted to one destination task in one executor batch, in emit order; ``anchors``
-  is nil (untracked) or one list of ``[acker slot, root, edge]`` triples per tuple.  The
+  is nil (untracked) or one list of ``[worker id, root, edge]`` triples per tuple (the
+  worker id names the worker whose acker holds the root).  The
   single-tuple form ``[source_task, stream, values]`` is accepted too (clients, broadcast);
 * between bolts, columnar batches: an Arrow IPC stream whose schema metadata
   ``storm`` holds ``[source_task, stream, anchors]`` (msgpack; anchors nil or one list of
@@ -22,9 +24,9 @@ from typing import Any, Final
 import msgpack
 import pyarrow as pa
 
+from spark_storm.codec.serializer import Serializer
+from spark_storm.codec.tuples import Anchor
 from spark_storm.errors import WireFormatError
-from spark_storm.worker.serializer import Serializer
-from spark_storm.worker.tuples import Anchor
 
 __all__ = [
     "ARROW_STREAM_MAGIC",

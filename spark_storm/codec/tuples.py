@@ -1,4 +1,4 @@
-"""Tuples as bolts see them, where they come from, and delivery-group tracking.
+"""Tuples as bolts see them, and where they come from.
 
 A :class:`Tuple` is two references on the hot path: its values and a shared
 :class:`TupleSource` (component, task, stream, fields) that every tuple of that origin
@@ -9,12 +9,8 @@ topology context rather than copies of the metadata.  Anchors (tuple trees, for
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
-
-from spark_storm.messaging.wire import FAILED as FAILED_STATUS
-from spark_storm.messaging.wire import PROCESSED as PROCESSED_STATUS
 
 __all__ = [
     "BROADCAST_TASK",
@@ -25,7 +21,6 @@ __all__ = [
     "TICK_STREAM",
     "Anchor",
     "FromSource",
-    "GroupTracker",
     "Tuple",
     "TupleSource",
 ]
@@ -38,7 +33,7 @@ TICK_STREAM: Final = "__tick"
 #: ``source_component`` of tuples that external clients (Spark) send to source tasks.
 CLIENT_COMPONENT: Final = "__client"
 
-#: (acker slot index, root id, edge id): one tuple tree a tuple belongs to.
+#: (worker id of the root's acker, root id, edge id): one tuple tree a tuple belongs to.
 Anchor = tuple[int, int, int]
 #: The anchors of an untracked tuple (shared; never mutated).
 NO_ANCHORS: Final[list[Anchor]] = []
@@ -124,7 +119,7 @@ class Tuple(FromSource):
         self.source = source
         #: Tuple trees this tuple belongs to (empty: untracked).
         self.anchors = NO_ANCHORS
-        #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
+        #: Per (worker id, root): XOR of the edges of children emitted anchored on this tuple.
         self.pending: dict[tuple[int, int], Any] | None = None
 
     def get(self, field: str) -> Any:
@@ -145,46 +140,3 @@ class Tuple(FromSource):
         s = self.source
         shown = dict(zip(s.fields, self.values, strict=False)) if s.fields else self.values
         return f"Tuple({s.component}:{s.task}/{s.stream} {shown!r})"
-
-
-class GroupTracker:
-    """Counts the acks of one delivery group's tuple trees; reports PROCESSED when all are in.
-
-    The worker calls :meth:`expect` while decoding, :meth:`sealed` once every tuple is
-    queued; the acker calls :meth:`ack` / :meth:`fail` as trees complete.  The first fail
-    reports FAILED (the sender retries the group; delivery is at-least-once).
-    """
-
-    __slots__ = ("_done", "_failed", "_lock", "_pending", "_sealed")
-
-    def __init__(self, done: Callable[[int], None]) -> None:
-        self._done = done
-        self._pending = 0
-        self._sealed = False
-        self._failed = False
-        self._lock = threading.Lock()
-
-    def expect(self, n: int) -> None:
-        with self._lock:
-            self._pending += n
-
-    def sealed(self) -> None:
-        with self._lock:
-            self._sealed = True
-            finished = self._pending == 0 and not self._failed
-        if finished:
-            self._done(PROCESSED_STATUS)
-
-    def ack(self) -> None:
-        with self._lock:
-            self._pending -= 1
-            finished = self._sealed and self._pending == 0 and not self._failed
-        if finished:
-            self._done(PROCESSED_STATUS)
-
-    def fail(self) -> None:
-        with self._lock:
-            first = not self._failed
-            self._failed = True
-        if first:
-            self._done(FAILED_STATUS)
