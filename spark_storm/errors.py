@@ -13,6 +13,7 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+        +-- RequestTimeoutError         request() got no answer in time
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
@@ -40,6 +41,7 @@ __all__ = [
     "ConnectionBrokenError",
     "ConnectionClosedError",
     "NoNimbusError",
+    "RequestTimeoutError",
     "SendTimeoutError",
     "StateCorruptError",
     "StateError",
@@ -103,6 +105,10 @@ class AuthenticationError(ConnectionBrokenError):
 
 class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
+
+
+class RequestTimeoutError(TransportError):
+    """A coordination request got no answer within its timeout (the peer is slow, gone, or reconnecting)."""
 
 
 class ClusterError(StormError):

@@ -13,8 +13,8 @@ end adds its own: ``bind`` returns an :class:`IServer`, ``connect`` an :class:`I
 ================================  ===================================================
 IConnection (both ends)           port, status, send_load_metrics, get_load, metrics, close
 IServer (``bind``)                register_recv, recv, recv_batch, send_backpressure_status
-IClient (``connect``)             send, send_group, wait_acks, send_commit, flush,
-                                  wait_ready, backpressure_tasks
+IClient (``connect``)             send, send_group, wait_acks, send_commit, request,
+                                  flush, wait_ready, backpressure_tasks
 ================================  ===================================================
 """
 
@@ -34,6 +34,9 @@ GroupKey = tuple[str, int, int, int]
 __all__ = [
     "RECV_BLOCK",
     "RECV_NOBLOCK",
+    "REQUEST_FAILED",
+    "REQUEST_OK",
+    "REQUEST_UNHANDLED",
     "CallbackLike",
     "GroupKey",
     "IClient",
@@ -48,6 +51,10 @@ __all__ = [
 RECV_BLOCK: Final = 0
 #: ``recv`` flag: return at once, None when nothing is queued (Storm 0.8: 1).
 RECV_NOBLOCK: Final = 1
+#: :meth:`IClient.request` statuses: answered; the callback failed; no callback answers requests.
+REQUEST_OK: Final = 0
+REQUEST_FAILED: Final = 1
+REQUEST_UNHANDLED: Final = 2
 
 
 class IConnectionCallback(abc.ABC):
@@ -69,6 +76,15 @@ class IConnectionCallback(abc.ABC):
             A ``Sequence[TaskMessage]`` with columns ``tasks`` and ``payloads`` for
             vectorised consumers.  Owned by the callee; the transport keeps no reference.
         """
+
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        """Answer a coordination request from a client (the checkpoint protocol, docs/state.md).
+
+        ``reply(status, body)`` must be called exactly once, from any thread, now or later;
+        status 0 is success.  The default answers :data:`REQUEST_UNHANDLED`.  Called on the
+        transport's receive thread: a long answer must be given from another thread.
+        """
+        reply(REQUEST_UNHANDLED, b"this server's callback answers no requests")
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         """Handle one group of the Spark delivery protocol (see docs/protocol.md).
@@ -251,6 +267,20 @@ class IClient(IConnection):
         """Tell the server that ``batch_id`` of ``query_id`` is final (it may forget its dedupe state).
 
         Best effort (a lost commit only delays forgetting).
+        """
+
+    @abc.abstractmethod
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """Ask the server's callback ``op`` with ``body``; return its (status, body) answer.
+
+        Not resent after a reconnect: the caller retries (requests must be idempotent).
+
+        Raises
+        ------
+        RequestTimeoutError
+            No answer within ``timeout`` seconds.
+        ConnectionClosedError
+            The connection was closed.
         """
 
     @abc.abstractmethod

@@ -35,6 +35,8 @@ __all__ = [
     "Challenge",
     "Close",
     "ControlFrame",
+    "ControlReply",
+    "ControlRequest",
     "Eob",
     "Failure",
     "FrameDecoder",
@@ -73,7 +75,10 @@ RECEIPT: Final = -711
 BATCH_HEADER: Final = -800
 BATCH_ACK: Final = -801
 BATCH_COMMIT: Final = -802
-BATCH_QUERY: Final = -803
+# Coordination requests (the checkpoint protocol, docs/state.md): client asks, server answers.
+REQUEST: Final = -803
+REPLY: Final = -804
+BATCH_QUERY: Final = -805
 
 _LOAD_ENTRY: Final = struct.Struct(">hd")
 _HELLO_FIXED: Final = struct.Struct(">4sBB16s16sH")
@@ -84,6 +89,7 @@ _RECEIPT: Final = struct.Struct(">q")
 _BATCH_HEADER: Final = struct.Struct(">qiqiB")
 _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
+_REQUEST: Final = struct.Struct(">qB")
 _BATCH_QUERY: Final = struct.Struct(">qiqB")
 _U16: Final = struct.Struct(">H")
 
@@ -222,6 +228,24 @@ class BatchCommit:
 
 
 @dataclass(frozen=True)
+class ControlRequest:
+    """A coordination request (``op`` and an opaque body) the server's callback answers once."""
+
+    request_id: int
+    op: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    """The answer to :class:`ControlRequest` ``request_id``: a status (0 ok) and an opaque body."""
+
+    request_id: int
+    status: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
 class BatchQuery:
     """After a reconnect, a client asks what became of a group the server already received.
 
@@ -259,6 +283,8 @@ ControlFrame = (
     | BatchHeader
     | BatchAck
     | BatchCommit
+    | ControlRequest
+    | ControlReply
     | BatchQuery
 )
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
@@ -391,6 +417,10 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
         return BATCH_ACK, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchCommit):
         return BATCH_COMMIT, _BATCH_COMMIT.pack(frame.batch_id) + _str_field(frame.query_id, "query id")
+    if isinstance(frame, ControlRequest):
+        return REQUEST, _REQUEST.pack(frame.request_id, frame.op) + frame.body
+    if isinstance(frame, ControlReply):
+        return REPLY, _REQUEST.pack(frame.request_id, frame.status) + frame.body
     if isinstance(frame, BatchQuery):
         fixed = _BATCH_QUERY.pack(frame.batch_id, frame.partition, frame.sequence, frame.required)
         return BATCH_QUERY, fixed + _str_field(frame.query_id, "query id")
@@ -522,6 +552,11 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         _need(body, _BATCH_COMMIT.size, "batch commit")
         (batch,) = _BATCH_COMMIT.unpack_from(body)
         return BatchCommit(_query_id(body, _BATCH_COMMIT.size, "batch commit"), batch)
+    if code in (REQUEST, REPLY):
+        _need(body, _REQUEST.size, "request" if code == REQUEST else "reply")
+        request_id, op = _REQUEST.unpack_from(body)
+        rest = bytes(body[_REQUEST.size :])
+        return ControlRequest(request_id, op, rest) if code == REQUEST else ControlReply(request_id, op, rest)
     if code == BATCH_QUERY:
         _need(body, _BATCH_QUERY.size, "batch query")
         batch, part, seq, required = _BATCH_QUERY.unpack_from(body)
@@ -549,6 +584,8 @@ _KNOWN_CODES: Final = frozenset(
         BATCH_HEADER,
         BATCH_ACK,
         BATCH_COMMIT,
+        REQUEST,
+        REPLY,
         BATCH_QUERY,
     }
 )

@@ -7,10 +7,11 @@ The pull queue, callback registration, the delivery ledger, load tables and coun
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
 from spark_storm.config import (
@@ -20,10 +21,12 @@ from spark_storm.config import (
     STORM_SERVER_RECEIVE_QUEUE_SIZE,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
+from spark_storm.errors import ConnectionClosedError, RequestTimeoutError, TransportError, UnsupportedOperationError
 from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
+    REQUEST_FAILED,
+    REQUEST_UNHANDLED,
     CallbackLike,
     GroupKey,
     IClient,
@@ -34,7 +37,7 @@ from spark_storm.messaging.api import (
     as_callback,
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader, ControlReply, ControlRequest
 from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._ledger import DeliveryLedger, Reply
 
@@ -155,6 +158,23 @@ class ServerBase(IServer):
             self.count("callback_errors")
             logger.exception("receive callback failed on group %s (%s): %r", header.key, self.describe(), exc)
             done(FAILED)
+
+    def request(self, frame: ControlRequest, send: Callable[[ControlReply], None]) -> None:
+        """Hand a coordination request to the callback; its answer goes back through ``send``."""
+
+        def reply(status: int, body: bytes = b"") -> None:
+            send(ControlReply(frame.request_id, status, body))
+
+        callback = self._callback
+        if callback is None:
+            reply(REQUEST_UNHANDLED, f"{self.describe()} has no callback registered (pull mode)".encode())
+            return
+        try:
+            callback.recv_request(frame.op, frame.body, reply)
+        except Exception as exc:  # the callback's bug must not take the connection down: say it to the client
+            self.count("callback_errors")
+            logger.exception("receive callback failed on request op %d (%s)", frame.op, self.describe())
+            reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
 
     def commit(self, query_id: str, batch_id: int) -> None:
         """Forget the groups of a committed batch (and older ones of the query)."""
@@ -278,6 +298,7 @@ class ClientBase(IClient):
         self._bp_tasks: frozenset[int] = frozenset()
         self._acks: OrderedDict[GroupKey, int] = OrderedDict()
         self._ack_cond = threading.Condition()
+        self._replies: dict[int, ControlReply | None] = {}
 
     def update_ack(self, ack: BatchAck) -> None:
         """Record a BatchAck the server sent (keeps the latest status per group)."""
@@ -307,6 +328,35 @@ class ClientBase(IClient):
                 if done or remaining <= 0:
                     return {k: self._acks.pop(k) for k in wanted if k in self._acks}
                 self._ack_cond.wait(min(remaining, 0.5))
+
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        request_id = random.getrandbits(63)
+        with self._ack_cond:
+            self._replies[request_id] = None
+        try:
+            self._send_request(ControlRequest(request_id, op, body))
+            deadline = time.monotonic() + timeout
+            with self._ack_cond:
+                while (answer := self._replies[request_id]) is None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        msg = f"no answer to request op {op} from {self.describe()} within {timeout:.1f}s"
+                        raise RequestTimeoutError(msg)
+                    self._ack_cond.wait(min(remaining, 0.5))
+                return answer.status, answer.body
+        finally:
+            with self._ack_cond:
+                self._replies.pop(request_id, None)
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        raise NotImplementedError  # pragma: no cover - every transport's client overrides it
+
+    def update_reply(self, reply: ControlReply) -> None:
+        """Record the server's answer to a request (ignored if nobody waits for it any more)."""
+        with self._ack_cond:
+            if reply.request_id in self._replies:
+                self._replies[reply.request_id] = reply
+                self._ack_cond.notify_all()
 
     @property
     def port(self) -> int:

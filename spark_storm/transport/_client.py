@@ -27,7 +27,7 @@ from spark_storm.config import (
 from spark_storm.errors import ConnectionClosedError, TransportError
 from spark_storm.messaging.api import IClient
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
-from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
+from spark_storm.messaging.wire import BatchCommit, BatchHeader, ControlRequest, LoadMetrics, encode_control
 from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
@@ -177,6 +177,13 @@ class SessionClient(ClientBase):
             msg = f"send_commit on closed {self.describe()}"
             raise ConnectionClosedError(msg)
         self._control_out.append(encode_control(BatchCommit(query_id, batch_id)))
+        self._waker.poke()
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"request on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        self._control_out.append(encode_control(frame))
         self._waker.poke()
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:

@@ -57,6 +57,8 @@ from spark_storm.messaging.wire import (
     BatchQuery,
     Challenge,
     Close,
+    ControlReply,
+    ControlRequest,
     Eob,
     Failure,
     FrameDecoder,
@@ -559,6 +561,11 @@ class ServerPeer:
         if reply is not None:
             reply(encode_control(ack))
 
+    def _send_reply(self, answer: ControlReply) -> None:
+        reply = self._reply
+        if reply is not None:
+            reply(encode_control(answer))
+
     def _control(self, frame: object, replies: list[bytes]) -> None:
         if isinstance(frame, Hello):
             if self.ready:
@@ -613,6 +620,8 @@ class ServerPeer:
                 self.server.deliver_group(frame, MessageBatch([], []), self._send_ack)
         elif isinstance(frame, BatchCommit):
             self.server.commit(frame.query_id, frame.batch_id)
+        elif isinstance(frame, ControlRequest):
+            self.server.request(frame, self._send_reply)
         elif isinstance(frame, BatchQuery):
             self.server.count("ack_queries")
             self.server.ledger.query(frame, self._send_ack)
@@ -708,6 +717,8 @@ class ClientProtocol:
             elif isinstance(item, BatchAck):
                 self._session.on_ack(item)
                 self._client.update_ack(item)
+            elif isinstance(item, ControlReply):
+                self._client.update_reply(item)
             elif isinstance(item, Eob):
                 logger.debug("ignoring %r from %s", item, self._peer)
             else:

@@ -93,6 +93,7 @@ from spark_storm.messaging.wire import (
     BatchCommit,
     BatchHeader,
     Close,
+    ControlRequest,
     Failure,
     FrameDecoder,
     Hello,
@@ -767,6 +768,9 @@ class KafkaClient(ClientBase):
 
     def send_commit(self, query_id: str, batch_id: int) -> None:
         self._control(BatchCommit(query_id, batch_id))
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        self._control(frame)
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         self._control(LoadMetrics(dict(loads)))

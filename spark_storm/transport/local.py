@@ -24,7 +24,7 @@ from spark_storm.config import (
 from spark_storm.errors import ConnectionClosedError, SendTimeoutError, TransportError
 from spark_storm.messaging.api import CallbackLike, IClient, IContext, IServer
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import BatchHeader, check_messages
+from spark_storm.messaging.wire import BatchHeader, ControlRequest, check_messages
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 
 __all__ = ["Context"]
@@ -180,6 +180,14 @@ class LocalClient(ClientBase):
         server = self._context.server_for(self._key)
         if server is not None:
             server.commit(query_id, batch_id)
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        with self._send_lock:
+            if self._closed:
+                msg = f"request on closed {self.describe()}"
+                raise ConnectionClosedError(msg)
+        server = self._context.server_for(self._key) or self._wait_for_server()
+        server.request(frame, self.update_reply)
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         server = self._context.server_for(self._key)

@@ -18,6 +18,7 @@ import pytest
 
 from spark_storm.errors import (
     ConnectionClosedError,
+    RequestTimeoutError,
     UnsupportedOperationError,
     WireFormatError,
 )
@@ -33,6 +34,7 @@ from spark_storm.messaging import (
     MessageBatch,
     TaskMessage,
 )
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, REQUEST_UNHANDLED
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 from spark_storm.transport._server import IOThreadServer
@@ -643,3 +645,35 @@ def test_processed_groups_are_redelivered_after_the_message_timeout(net: Net) ->
         wait_until(lambda: len(seen) == 1, what="the first delivery")
         client.send_group(h, _msgs(1, 1))
         wait_until(lambda: len(seen) == 2, what="redelivery after the timeout (at-least-once)")
+
+
+def test_requests_are_answered_once_by_the_callback_from_any_thread(net: Net) -> None:
+    class Answering(IConnectionCallback):
+        def recv(self, batch: MessageBatch) -> None:
+            pass
+
+        def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+            if op == 1:
+                reply(REQUEST_OK, body[::-1])
+            elif op == 2:  # answered later, from another thread (as a checkpoint's PREPARE is)
+                threading.Timer(0.05, reply, (REQUEST_OK, b"later")).start()
+            elif op == 3:
+                msg = "boom"
+                raise RuntimeError(msg)
+            # op 4: never answered
+
+    sctx, cctx = net.pair()
+    with sctx.bind(TOPO, 0, Answering()) as server, _connect(cctx, server) as client:
+        assert client.wait_ready(10)
+        assert client.request(1, b"abc", 10) == (REQUEST_OK, b"cba")
+        assert client.request(2, b"", 10) == (REQUEST_OK, b"later")
+        status, body = client.request(3, b"", 10)
+        assert status == REQUEST_FAILED
+        assert body == b"RuntimeError: boom"
+        with pytest.raises(RequestTimeoutError, match="no answer to request op 4"):
+            client.request(4, b"", 0.3)
+    with sctx.bind(TOPO, 0) as pull, _connect(cctx, pull) as client:  # pull mode: no callback to answer
+        assert client.wait_ready(10)
+        status, body = client.request(1, b"x", 10)
+        assert status == REQUEST_UNHANDLED
+        assert b"pull mode" in body

@@ -128,9 +128,7 @@ def test_every_spark_type_crosses_workers_in_tuples_and_in_arrow_batches(column:
     encoder = Encoder(SER, 1 << 20)
     out = encoder.tuples(9, 5, "default", rows, None)
     assert out.bad == [], name
-    decoded = BoltDecoder(SER, lambda task, stream: SRC).decode(
-        [m.payload for m in out.messages], _raise
-    )
+    decoded = BoltDecoder(SER, lambda task, stream: SRC).decode([m.payload for m in out.messages], _raise)
     got = [t.values for tuples, _ in decoded for t in tuples]  # type: ignore[union-attr]
     assert _same(got, rows), name
     # in Arrow batches: the column keeps its exact Spark type

@@ -181,7 +181,7 @@ def test_control_bodies_are_validated() -> None:
     with pytest.raises(WireFormatError, match="load-metrics"):
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, 3) + b"abc")
     query = encode_control(BatchQuery("q", 1, 2, 3, 2))
-    assert query[:2] == struct.pack(">h", -803)
+    assert query[:2] == struct.pack(">h", -805)
     with pytest.raises(WireFormatError, match="batch query has required 7"):
         FrameDecoder(LIMIT).feed(query[:6] + struct.pack(">qiqB", 1, 2, 3, 7) + b"q")
     for bad in (float("nan"), float("inf"), -0.5, 1.5):
