@@ -37,7 +37,7 @@ from spark_storm.codec.tuples import Tuple
 from spark_storm.messaging import TaskMessage
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 
 class StampBolt(Bolt):

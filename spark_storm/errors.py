@@ -5,6 +5,7 @@
     StormError                          root: ``except StormError`` catches everything we raise
     +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
     +-- WireFormatError                 bytes on a connection are not a valid frame stream
+    +-- ReportFormatError (ValueError)  a heartbeat or /health record is not of the shape a worker writes
     +-- TransportError                  something went wrong with a context or connection
         +-- UnknownTransportError       storm.messaging.transport names nothing we can load
         +-- TransportInitError          the plugin was found but its constructor failed (cause chained)
@@ -41,6 +42,7 @@ __all__ = [
     "ConnectionBrokenError",
     "ConnectionClosedError",
     "NoNimbusError",
+    "ReportFormatError",
     "RequestTimeoutError",
     "SendTimeoutError",
     "StateCorruptError",
@@ -73,6 +75,10 @@ class WireFormatError(StormError):
     Raised by the codec; a server that sees it closes that one connection,
     logs the peer and this message, counts it, and keeps serving the others.
     """
+
+
+class ReportFormatError(StormError, ValueError):
+    """A worker's heartbeat or metrics record (file, znode, ``/health``) is not of the shape a worker writes."""
 
 
 class TransportError(StormError):

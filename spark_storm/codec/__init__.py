@@ -17,13 +17,23 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
 from spark_storm.codec.encoder import BadRow, Encoded, Encoder
 from spark_storm.codec.serializer import MsgpackSerializer, Serializer, make_serializer
-from spark_storm.codec.tuples import BROADCAST_TASK, CLIENT_COMPONENT, Anchor, Tuple, TupleSource
+from spark_storm.codec.tuples import (
+    BROADCAST_TASK,
+    CHECKPOINT_STREAM,
+    CLIENT_COMPONENT,
+    Anchor,
+    Barrier,
+    Tuple,
+    TupleSource,
+)
 
 __all__ = [
     "BROADCAST_TASK",
+    "CHECKPOINT_STREAM",
     "CLIENT_COMPONENT",
     "Anchor",
     "BadRow",
+    "Barrier",
     "BoltDecoder",
     "ColumnarBatch",
     "Encoded",

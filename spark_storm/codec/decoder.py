@@ -24,13 +24,13 @@ import pyarrow as pa
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of, select_fields
 from spark_storm.codec.payloads import ARROW_STREAM_MAGIC, read_arrow, unpack_bolt
 from spark_storm.codec.serializer import Serializer
-from spark_storm.codec.tuples import Tuple, TupleSource
+from spark_storm.codec.tuples import CHECKPOINT_STREAM, Barrier, Tuple, TupleSource
 from spark_storm.errors import WireFormatError
 
 __all__ = ["BadPayload", "BoltDecoder", "Decoded", "SourceDecoder"]
 
-#: An executor-queue payload and its weight in rows.
-Decoded = tuple[list[Tuple] | ColumnarBatch, int]
+#: An executor-queue payload and its weight in rows (a barrier weighs 0).
+Decoded = tuple[list[Tuple] | ColumnarBatch | Barrier, int]
 #: ``on_bad(error)``: told about each payload that cannot be decoded (may raise to stop).
 BadPayload = Callable[[Exception], None]
 
@@ -109,35 +109,53 @@ class BoltDecoder:
     source_of : callable
         ``source_of(source_task, stream)`` -> the shared :class:`TupleSource` (raises
         WireFormatError for a task or stream the topology does not have).
+    generation : callable, optional
+        The receiving worker's generation: payloads of an older one are dropped (counted
+        in :attr:`stale`): a rollback made them void (docs/state.md).
     """
 
-    def __init__(self, serializer: Serializer, source_of: Callable[[int, str], TupleSource]) -> None:
+    def __init__(
+        self,
+        serializer: Serializer,
+        source_of: Callable[[int, str], TupleSource],
+        generation: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._serializer = serializer
         self._source_of = source_of
+        self._generation = generation
+        self.stale = 0
 
     def decode(self, payloads: list[bytes], on_bad: BadPayload) -> list[Decoded]:
-        """Decode in order; tuples keep their anchors, a batch its one edge."""
+        """Decode in order; tuples keep their anchors, a batch its one edge, barriers come as :class:`Barrier`."""
         out: list[Decoded] = []
+        current = self._generation()
         for payload in payloads:
             try:
-                out.append(self._one(payload))
+                item, generation = self._one(payload)
             except (WireFormatError, KeyError) as exc:
                 on_bad(exc)
+                continue
+            if generation < current:
+                self.stale += item[1] or 1
+                continue
+            out.append(item)
         return out
 
-    def _one(self, payload: bytes) -> Decoded:
+    def _one(self, payload: bytes) -> tuple[Decoded, int]:
         if payload[:4] == ARROW_STREAM_MAGIC:
             data, origin = read_arrow(payload)
             if origin is None:
                 msg = "an Arrow payload for a bolt task needs storm metadata (source task, stream)"
                 raise WireFormatError(msg)
-            src, stream, anchors = origin
+            src, stream, anchors, generation = origin
             source = self._source_of(src, stream)
             batch = ColumnarBatch(select_fields(data, source.fields, _PAYLOAD, _SEND_FIELDS), source)
             if anchors:
                 batch.anchors = anchors
-            return batch, data.num_rows
-        src, stream, rows, row_anchors = unpack_bolt(self._serializer, payload)
+            return (batch, data.num_rows), generation
+        src, stream, rows, row_anchors, generation = unpack_bolt(self._serializer, payload)
+        if stream == CHECKPOINT_STREAM:
+            return self._barrier(src, rows), rows[0][1] if rows and len(rows[0]) == 2 else 0
         source = self._source_of(src, stream)
         n = len(source.fields)
         if n and not set(map(len, rows)) <= {n}:
@@ -148,4 +166,12 @@ class BoltDecoder:
             for tup, anchors_ in zip(tuples, row_anchors, strict=True):
                 if anchors_:
                     tup.anchors = anchors_
-        return tuples, len(tuples)
+        return (tuples, len(tuples)), generation
+
+    def _barrier(self, src: int, rows: list[list[Any]]) -> Decoded:
+        values = rows[0] if len(rows) == 1 else None
+        if values is None or len(values) != 2 or not all(type(v) is int and v >= 0 for v in values) or src < 1:
+            msg = f"a checkpoint barrier is [source_task >= 1, '$checkpoint', [epoch, generation]], got {rows!r}"
+            raise WireFormatError(msg)
+        self._source_of(src, "default")  # a task the topology has
+        return Barrier(values[0], values[1], src), 0

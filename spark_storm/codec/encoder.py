@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 
 from spark_storm.codec.columnar import ColumnarBatch
-from spark_storm.codec.payloads import arrow_payload, columnar_metadata, pack_tuples
+from spark_storm.codec.payloads import arrow_payload, barrier_payload, columnar_metadata, pack_tuples
 from spark_storm.codec.serializer import Serializer, pack_value
-from spark_storm.codec.tuples import CLIENT_COMPONENT, Anchor, Tuple
+from spark_storm.codec.tuples import CLIENT_COMPONENT, Anchor, Barrier, Tuple
 from spark_storm.errors import WireFormatError
 from spark_storm.messaging import TaskMessage
 
@@ -119,6 +119,8 @@ class Encoder:
         self.serializer = serializer
         self.max_payload_bytes = max_payload_bytes
         self._split_anchors = split_anchors
+        #: The generation bolt payloads carry (docs/state.md); the worker keeps it current.
+        self.generation = 0
 
     # --- to source tasks (clients) --------------------------------------------------------
     def source_rows(self, task: int, rows: Sequence[Sequence[Any]]) -> Encoded:
@@ -169,7 +171,7 @@ class Encoder:
         out: Encoded,
     ) -> None:
         try:
-            payload = pack_tuples(self.serializer, src, stream, rows, anchors)
+            payload = pack_tuples(self.serializer, src, stream, rows, anchors, self.generation)
         except WireFormatError:
             if len(rows) == 1:
                 out.bad.append(_find_bad(rows[0], offset))
@@ -225,19 +227,25 @@ class Encoder:
         else:
             per_piece = [anchors] * len(pieces)
         for piece, piece_anchors in zip(pieces, per_piece, strict=True):
-            meta = None if origin is None else columnar_metadata(origin[0], origin[1], piece_anchors)
+            meta = None if origin is None else columnar_metadata(origin[0], origin[1], piece_anchors, self.generation)
             out.messages.append(TaskMessage(task, arrow_payload(piece, meta)))
             out.weights.append(piece.num_rows)
         return out
 
+    def barrier(self, dest: int, source_task: int, epoch: int, generation: int) -> TaskMessage:
+        """Checkpoint barrier ``epoch`` from ``source_task`` for ``dest`` on another worker."""
+        return TaskMessage(dest, barrier_payload(self.serializer, source_task, epoch, generation))
+
     # --- a queue item leaving after all -------------------------------------------------------
-    def item(self, task: int, payload: list[Tuple] | ColumnarBatch) -> Encoded:
+    def item(self, task: int, payload: list[Tuple] | ColumnarBatch | Barrier) -> Encoded:
         """Encode an executor-queue item as the message(s) another worker would have received for it.
 
         Client rows go in the source form (without tuple trees: a tracked client tuple
         rerouted this way times out and its group is replayed); tuples and batches from
         bolts keep their origin and anchors.
         """
+        if isinstance(payload, Barrier):
+            return Encoded([self.barrier(task, payload.source_task, payload.epoch, payload.generation)], [0], [])
         if isinstance(payload, ColumnarBatch):
             src = payload.source
             if src.component == CLIENT_COMPONENT:

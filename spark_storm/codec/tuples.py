@@ -14,12 +14,14 @@ from typing import Any, Final
 
 __all__ = [
     "BROADCAST_TASK",
+    "CHECKPOINT_STREAM",
     "CLIENT_COMPONENT",
     "NO_ANCHORS",
     "SYSTEM_COMPONENT",
     "TICK_SOURCE",
     "TICK_STREAM",
     "Anchor",
+    "Barrier",
     "FromSource",
     "Tuple",
     "TupleSource",
@@ -32,6 +34,8 @@ SYSTEM_COMPONENT: Final = "__system"
 TICK_STREAM: Final = "__tick"
 #: ``source_component`` of tuples that external clients (Spark) send to source tasks.
 CLIENT_COMPONENT: Final = "__client"
+#: The stream checkpoint barriers travel on (Storm's checkpoint stream).
+CHECKPOINT_STREAM: Final = "$checkpoint"
 
 #: (worker id of the root's acker, root id, edge id): one tuple tree a tuple belongs to.
 Anchor = tuple[int, int, int]
@@ -140,3 +144,34 @@ class Tuple(FromSource):
         s = self.source
         shown = dict(zip(s.fields, self.values, strict=False)) if s.fields else self.values
         return f"Tuple({s.component}:{s.task}/{s.stream} {shown!r})"
+
+
+class Barrier:
+    """Checkpoint barrier ``epoch`` from ``source_task`` (-1: injected at a source task), in generation ``generation``.
+
+    Everything a task sent before its barrier belongs to the epoch (docs/state.md); a
+    barrier travels behind that data in every queue and connection, and weighs nothing.
+    """
+
+    __slots__ = ("epoch", "generation", "source_task")
+
+    def __init__(self, epoch: int, generation: int, source_task: int) -> None:
+        self.epoch = epoch
+        self.generation = generation
+        self.source_task = source_task
+
+    def __len__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Barrier) and (self.epoch, self.generation, self.source_task) == (
+            other.epoch,
+            other.generation,
+            other.source_task,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.epoch, self.generation, self.source_task))
+
+    def __repr__(self) -> str:
+        return f"Barrier(epoch {self.epoch}, generation {self.generation}, from task {self.source_task})"

@@ -80,7 +80,7 @@ class StormOptions:
         """
         if self.zookeeper is None:
             return self
-        from spark_storm.cluster.state import ZooKeeperAddress
+        from spark_storm.cluster.session import ZooKeeperAddress
         from spark_storm.spark.assignments import current_assignment
 
         address = ZooKeeperAddress.parse(self.zookeeper, self.conf)
@@ -240,7 +240,8 @@ def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any], settle_s: fl
     ``topology`` is the submitted name, or a topology YAML whose name is used (the definition
     that counts is the submitted one: the workers run it).
     """
-    from spark_storm.cluster.state import ZooKeeperAddress, check_topology_name
+    from spark_storm.cluster.records import check_topology_name
+    from spark_storm.cluster.session import ZooKeeperAddress
     from spark_storm.spark.assignments import current_assignment
 
     try:

@@ -262,6 +262,10 @@ class InputLog(abc.ABC):
         """Whether a group of that key is in the log."""
 
     @abc.abstractmethod
+    def last_barrier(self) -> int:
+        """Return the last epoch whose barrier closed a segment here (durable; NO_EPOCH: none)."""
+
+    @abc.abstractmethod
     def committed_batches(self) -> dict[str, int]:
         """Per query id, the last batch id whose rows are in committed state."""
 

@@ -238,6 +238,18 @@ class FileInputLog(InputLog):
         if self._unsynced:
             self._unsynced = []
             _fsync_dir(self.dir)
+        if epoch > self.last_barrier():
+            _write_atomic(self.dir / "BARRIER", json.dumps({"epoch": epoch}).encode())
+
+    def last_barrier(self) -> int:
+        data = _read_json(self.dir / "BARRIER", f"task {self.task}")
+        if data is None:
+            return NO_EPOCH
+        try:
+            return int(data["epoch"])
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"task {self.task}: {self.dir / 'BARRIER'} holds {data!r}; it is corrupt"
+            raise StateCorruptError(msg) from exc
 
     def entries(self, after: int) -> Iterator[LogRecord]:
         for epoch, _seq, path in self._segments():
@@ -245,6 +257,8 @@ class FileInputLog(InputLog):
                 yield from self._read(path)
 
     def retag(self, after: int, epoch: int) -> None:
+        if self.last_barrier() > after:  # a rollback to ``after``: barriers past it never happened
+            _write_atomic(self.dir / "BARRIER", json.dumps({"epoch": after}).encode())
         for old_epoch, seq, path in self._segments():
             if old_epoch > after and old_epoch != epoch:
                 path.rename(

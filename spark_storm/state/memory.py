@@ -70,6 +70,7 @@ class _MemoryInputLog(InputLog):
         self._keys: dict[GroupKey, int] = {}
         self._batches: dict[str, int] = {}
         self._seq = 0
+        self._barrier = NO_EPOCH
 
     def describe(self) -> str:
         return f"task {self.task}'s input log in memory"
@@ -82,7 +83,11 @@ class _MemoryInputLog(InputLog):
         if record.key is not None:
             self._keys[record.key] = epoch
 
+    def last_barrier(self) -> int:
+        return self._barrier
+
     def close(self, epoch: int) -> None:
+        self._barrier = max(self._barrier, epoch)
         if self._segments and self._segments[-1][0] <= epoch:
             self._seq += 1
             self._segments.append([epoch + 1, self._seq, []])
@@ -97,6 +102,7 @@ class _MemoryInputLog(InputLog):
                     yield record
 
     def retag(self, after: int, epoch: int) -> None:
+        self._barrier = min(self._barrier, after)
         for segment in self._segments:
             if segment[0] > after:
                 segment[0] = epoch

@@ -158,6 +158,14 @@ class _RedisInputLog(InputLog):
     def close(self, epoch: int) -> None:
         if self._open is not None and self._open[0] <= epoch:
             self._open = None
+        if epoch > self.last_barrier():
+            with self._guard():
+                self._r.set(self._key + "barrier", str(epoch))
+
+    def last_barrier(self) -> int:
+        with self._guard():
+            raw = self._r.get(self._key + "barrier")
+        return NO_EPOCH if raw is None else int(raw)
 
     def entries(self, after: int) -> Iterator[LogRecord]:
         for epoch, seg in self._segments():
@@ -165,6 +173,9 @@ class _RedisInputLog(InputLog):
                 yield from self._read(seg)
 
     def retag(self, after: int, epoch: int) -> None:
+        if self.last_barrier() > after:
+            with self._guard():
+                self._r.set(self._key + "barrier", str(after))
         with self._guard():
             for old, seg in self._segments():
                 if old > after:

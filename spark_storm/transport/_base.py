@@ -21,7 +21,13 @@ from spark_storm.config import (
     STORM_SERVER_RECEIVE_QUEUE_SIZE,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError, RequestTimeoutError, TransportError, UnsupportedOperationError
+from spark_storm.errors import (
+    ConnectionBrokenError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    TransportError,
+    UnsupportedOperationError,
+)
 from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
@@ -299,6 +305,7 @@ class ClientBase(IClient):
         self._acks: OrderedDict[GroupKey, int] = OrderedDict()
         self._ack_cond = threading.Condition()
         self._replies: dict[int, ControlReply | None] = {}
+        self._link = 0  # bumped when the connection drops: requests in flight will get no answer
 
     def update_ack(self, ack: BatchAck) -> None:
         """Record a BatchAck the server sent (keeps the latest status per group)."""
@@ -333,11 +340,15 @@ class ClientBase(IClient):
         request_id = random.getrandbits(63)
         with self._ack_cond:
             self._replies[request_id] = None
+            link = self._link
         try:
             self._send_request(ControlRequest(request_id, op, body))
             deadline = time.monotonic() + timeout
             with self._ack_cond:
                 while (answer := self._replies[request_id]) is None:
+                    if self._link != link:
+                        msg = f"the connection dropped before {self.describe()} answered request op {op}"
+                        raise ConnectionBrokenError(msg)
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         msg = f"no answer to request op {op} from {self.describe()} within {timeout:.1f}s"
@@ -350,6 +361,12 @@ class ClientBase(IClient):
 
     def _send_request(self, frame: ControlRequest) -> None:
         raise NotImplementedError  # pragma: no cover - every transport's client overrides it
+
+    def link_lost(self) -> None:
+        """Fail the requests waiting for an answer: the connection dropped (the transport calls this)."""
+        with self._ack_cond:
+            self._link += 1
+            self._ack_cond.notify_all()
 
     def update_reply(self, reply: ControlReply) -> None:
         """Record the server's answer to a request (ignored if nobody waits for it any more)."""

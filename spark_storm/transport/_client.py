@@ -24,7 +24,7 @@ from spark_storm.config import (
     TCP_FLUSH_TIMEOUT_MS,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError, TransportError
+from spark_storm.errors import ConnectionBrokenError, ConnectionClosedError, TransportError
 from spark_storm.messaging.api import IClient
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, ControlRequest, LoadMetrics, encode_control
@@ -127,11 +127,13 @@ class SessionClient(ClientBase):
         logger.error("%s: %s", self.describe(), self.last_error)
 
     def _mark_connecting(self) -> None:
+        self.link_lost()
         if self._status is ConnectionStatus.READY:
             self._set_status(ConnectionStatus.CONNECTING)
 
     def _finish(self) -> None:
         """Close the session, log what could not be delivered, and report CLOSED."""
+        self.link_lost()
         lost = self._session.close()
         if lost:
             logger.error(
@@ -183,6 +185,10 @@ class SessionClient(ClientBase):
         if self._status is ConnectionStatus.CLOSED:
             msg = f"request on closed {self.describe()}"
             raise ConnectionClosedError(msg)
+        if self._status is not ConnectionStatus.READY:
+            # Requests are not kept for a reconnect: a restarted server must not get a stale one.
+            msg = f"request to {self.describe()}, which is not connected ({self.last_error or 'connecting'})"
+            raise ConnectionBrokenError(msg)
         self._control_out.append(encode_control(frame))
         self._waker.poke()
 

@@ -13,6 +13,7 @@ from spark_storm.worker.bolt import (
     PassThroughBolt,
     TopologyContext,
 )
+from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
 from spark_storm.worker.worker import Worker
 
 __all__ = [
@@ -21,9 +22,12 @@ __all__ = [
     "BatchOutputCollector",
     "Bolt",
     "ColumnarBatch",
+    "KeyValueState",
     "OutputCollector",
     "PassThroughBatchBolt",
     "PassThroughBolt",
+    "StatefulBatchBolt",
+    "StatefulBolt",
     "TopologyContext",
     "Tuple",
     "Worker",

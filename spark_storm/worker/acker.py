@@ -134,6 +134,15 @@ class GroupTracker:
         if first:
             self._done(FAILED_STATUS)
 
+    def release(self) -> None:
+        """Report PROCESSED now, whatever is pending (a rollback dropped the trees; the input log replays them)."""
+        with self._lock:
+            finished = self._failed or (self._sealed and self._pending == 0)
+            self._failed = True  # nothing reports again
+            self._pending = 0
+        if not finished:
+            self._done(PROCESSED_STATUS)
+
 
 class Acker:
     """The roots of one worker: value per root, its group tracker, and when it was born.
@@ -225,6 +234,18 @@ class Acker:
         for tracker in failed:
             tracker.fail()
         return len(failed)
+
+    def release_all(self) -> int:
+        """Drop every pending tree, reporting its group PROCESSED (a rollback); return how many groups."""
+        with self._lock:
+            trackers = {id(t): t for t in self._trackers.values()}
+            self._vals.clear()
+            self._trackers.clear()
+            self._born.clear()
+            self._touched.clear()
+        for tracker in trackers.values():
+            tracker.release()
+        return len(trackers)
 
     def peer_lost(self, worker: int) -> int:
         """Fail the trees that passed through worker ``worker`` (an id), whose connection dropped; return how many."""

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.encoder import Encoded, Encoder
-from spark_storm.codec.tuples import NO_ANCHORS, Anchor, Tuple
+from spark_storm.codec.tuples import NO_ANCHORS, Anchor, Barrier, Tuple
+from spark_storm.messaging import TaskMessage
 from spark_storm.worker.acker import FAIL_OP, split_edges
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import TaskStats
@@ -77,6 +78,22 @@ class Emitter:
     def acker_op(self, worker_id: int, op: list[Any]) -> None:
         self.acks.setdefault(worker_id, []).append(op)
 
+    def send_barrier(self, source_task: int, epoch: int, generation: int, dests: list[int]) -> None:
+        """Send checkpoint barrier ``epoch`` from ``source_task`` to ``dests``, behind everything emitted so far."""
+        self.flush()
+        host = self._host
+        remote: list[TaskMessage] = []
+        for dest in dests:
+            queue = host.queue_of(dest)
+            barrier = Barrier(epoch, generation, source_task)
+            if queue is not None:
+                if not queue.publish([(dest, barrier)], [0]):
+                    host.reroute([(dest, barrier)], [0])
+            else:
+                remote.append(self._encoder.barrier(dest, source_task, epoch, generation))
+        if remote:
+            host.send_remote(remote, [0] * len(remote))
+
     def _split_anchors(self, anchors: list[Anchor], pieces: int) -> list[list[Anchor]]:
         return split_edges(anchors, pieces, self.acker_op)
 
@@ -85,6 +102,7 @@ class Emitter:
         if not (self.rows or self.batches or self.acks):
             return
         host = self._host
+        self._encoder.generation = host.generation
         local: _Local = {}
         remote = Encoded([], [], [])
         rows_out, self.rows = self.rows, {}

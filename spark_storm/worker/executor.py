@@ -27,10 +27,12 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
 from spark_storm.codec.tuples import BROADCAST_TASK, TICK_SOURCE, Tuple
 from spark_storm.errors import ConfigError, WireFormatError
+from spark_storm.reports import ExecutorMetrics
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.model import resolve_class
 from spark_storm.worker.acker import batch_edge, row_edges
 from spark_storm.worker.bolt import BatchBolt, Bolt, TopologyContext
+from spark_storm.worker.checkpoint import ExecutorCheckpoints
 from spark_storm.worker.collectors import BatchCollector, TaskCollector
 from spark_storm.worker.emitter import Emitter
 from spark_storm.worker.queue import BatchQueue, QueueItem
@@ -78,6 +80,9 @@ class Executor:
         self.active = threading.Event()
         self._stop = threading.Event()
         self._done = 0  # tuples taken from the queue and fully processed
+        self._busy = False  # inside a batch (processing or flushing)
+        #: Barrier alignment and checkpointed state (stateful topologies only).
+        self.checkpoints = ExecutorCheckpoints(self, host.checkpoints) if host.checkpoints is not None else None
         self._thread = threading.Thread(target=self._run, name=f"spark-storm-executor-{spec}", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -110,6 +115,22 @@ class Executor:
         q = self.queue
         return len(q) == 0 and q.consumed == self._done
 
+    def quiesce(self, timeout: float) -> bool:
+        """Wait until a deactivated executor is between batches (a rollback then owns its state)."""
+        deadline = time.monotonic() + timeout
+        while self._busy and self._thread.is_alive():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+    def drop_queued(self) -> None:
+        """Drop what is queued and held for alignment (a rollback; the executor is quiesced)."""
+        dropped = self.queue.clear()
+        if self.checkpoints is not None:
+            dropped += self.checkpoints.reset()
+        self._done += dropped
+
     def _make_collector(self, task: int) -> Any:
         raise NotImplementedError
 
@@ -123,6 +144,8 @@ class Executor:
             collector = self._make_collector(task)
             self.collectors[task] = collector
             bolt.prepare(self.conf, ctx, collector)
+        if self.checkpoints is not None:
+            self.checkpoints.restore_all()
         self.emitter.flush()
 
     def _run(self) -> None:
@@ -136,6 +159,8 @@ class Executor:
         next_tick = time.monotonic() + self.tick_s if self.tick_s else None
         queue = self.queue
         limit = self._batch_limit
+        checkpoints = self.checkpoints
+        process = self._process if checkpoints is None else checkpoints.process
         try:
             while True:
                 if not self.active.is_set():
@@ -144,23 +169,28 @@ class Executor:
                     self.active.wait(0.05)
                     continue
                 wait = 0.05 if next_tick is None else max(0.0, min(0.05, next_tick - time.monotonic()))
+                self._busy = True
                 items = queue.take(limit, wait, self.active.is_set)
                 if items:
-                    weight = self._process(items)
+                    weight = process(items)
                     self.emitter.flush()
                     self._done += weight
                 elif self._stop.is_set() and len(queue) == 0:
+                    self._busy = False
                     break
                 if next_tick is not None and time.monotonic() >= next_tick:
                     self._tick()
                     self.emitter.flush()
                     next_tick = time.monotonic() + self.tick_s  # type: ignore[operator]
+                if checkpoints is not None:
+                    checkpoints.check_commits()
+                self._busy = False
             # Stopping: refuse further publishes (publishers reroute them to the task's new
             # place), then run what slipped in since the last look.
             queue.close()
             leftover = queue.take(1 << 30, 0)
             if leftover:
-                self._done += self._process(leftover)
+                self._done += process(leftover)
                 self.emitter.flush()
         except Exception as exc:
             # The executor's own machinery failed (not a bolt: bolt errors follow the policy).
@@ -198,8 +228,8 @@ class Executor:
         for stats in self.stats.values():
             stats.update_rates()
 
-    def metrics(self) -> dict[str, Any]:
-        tasks = {t: s.snapshot() for t, s in self.stats.items()}
+    def metrics(self) -> ExecutorMetrics:
+        tasks = {str(t): s.snapshot() for t, s in self.stats.items()}
         return {
             "component": self.spec.component,
             "source": self.component.source,
@@ -208,6 +238,7 @@ class Executor:
             # the tasks share the executor's thread: its busy fraction is their sum
             "capacity": round(min(1.0, sum(t["capacity"] for t in tasks.values())), 4),
             "tasks": tasks,
+            "state": self.checkpoints.metrics() if self.checkpoints is not None and self.checkpoints.stateful else None,
         }
 
 

@@ -37,7 +37,11 @@ from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
 from spark_storm.codec.tuples import BROADCAST_TASK
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.reports import WriterCounts, WriterMetrics
+from spark_storm.state.backend import GroupKey
+from spark_storm.state.protocol import STATUS, encode_body
 from spark_storm.worker.acker import ACKER_TASK, GroupTracker
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import LatencyHistogram
@@ -64,7 +68,7 @@ class WriterStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queries: dict[str, dict[str, Any]] = {}
+        self._queries: dict[str, WriterCounts] = {}
         self._seen: dict[str, set[tuple[int, int, int]]] = {}
         self._latency: dict[str, LatencyHistogram] = {}
 
@@ -117,9 +121,9 @@ class WriterStats:
             else:
                 self._latency[header.query_id].record(time.monotonic() - since)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[WriterMetrics]:
         with self._lock:
-            out = []
+            out: list[WriterMetrics] = []
             for qid, q in self._queries.items():
                 hist = self._latency[qid]
                 p50, p99 = hist.percentile(50), hist.percentile(99)
@@ -147,13 +151,14 @@ class Receiver:
     def __init__(self, host: WorkerState, dead_letter_file: str | None = None) -> None:
         self._host = host
         self._sources = SourceDecoder(host.serializer)
-        self._bolts = BoltDecoder(host.serializer, host.source_of)
+        self._bolts = BoltDecoder(host.serializer, host.source_of, lambda: host.generation)
         self._dead_letter_path = dead_letter_file
         self._lock = threading.Lock()
         self._last_unknown_log = 0.0
         self.writers = WriterStats()
         self.busy = False
         self.counters = {
+            "replayed_tuples": 0,
             "received": 0,
             "tuples_in": 0,
             "source_tuples_in": 0,
@@ -170,6 +175,7 @@ class Receiver:
         payloads: list[bytes],
         tracker: GroupTracker | None = None,
         atomic: bool = False,
+        key: GroupKey | None = None,
     ) -> int:
         """Decode messages and publish each executor's share with one ``publish``.
 
@@ -177,8 +183,25 @@ class Receiver:
         source tuple (or source batch) roots a tuple tree that reports to it.
         ``atomic`` (delivery groups): a bad payload rejects the whole group before
         anything is queued (:class:`GroupRejected`); otherwise it is dropped, counted
-        and logged.
+        and logged.  In a stateful topology what source tasks accept goes to their input
+        logs first (``key``: the delivery group's), and while a rollback replays those
+        logs it is only logged: the replay publishes it (docs/state.md).
         """
+        checkpoints = self._host.checkpoints
+        if checkpoints is None:
+            return self._transfer(tasks, payloads, tracker, atomic, None, True)
+        with checkpoints.gate:
+            return self._transfer(tasks, payloads, tracker, atomic, key, not checkpoints.replaying)
+
+    def _transfer(
+        self,
+        tasks: list[int],
+        payloads: list[bytes],
+        tracker: GroupTracker | None,
+        atomic: bool,
+        key: GroupKey | None,
+        publish_sources: bool,
+    ) -> int:
         n = len(tasks)
         if not n:
             return 0
@@ -195,8 +218,11 @@ class Receiver:
                     group.append(payload)
         host = self._host
         plan = host.plan
+        checkpoints = host.checkpoints
         publish: dict[int, tuple[BatchQueue[QueueItem], list[QueueItem], list[int]]] = {}
         broadcast: list[tuple[QueueItem, int]] = []
+        reroute: list[tuple[QueueItem, int]] = []
+        to_log: list[tuple[int, list[bytes]]] = []
         published = from_clients = 0
         for task, group in by_task.items():
             kind = host.kind_of(task)
@@ -218,7 +244,11 @@ class Receiver:
                         self._unknown(task, payload)
                 continue
             if plan.topology.components[plan.task_component[task]].source:
-                items = self._decode_source(task, group, kind, tracker, atomic)
+                items = self._decode_source(task, group, kind, tracker if publish_sources else None, atomic)
+                if checkpoints is not None:
+                    to_log.append((task, group))
+                if not publish_sources:
+                    continue
                 from_clients += sum(w for _, w in items)
             else:
                 items = self._decode_bolt(task, group, atomic)
@@ -226,8 +256,7 @@ class Receiver:
                 continue
             queue = host.queue_of(task)
             if queue is None:  # a refresh moved the task away since kind_of(): deliver where it is now
-                host.reroute([item for item, _ in items], [weight for _, weight in items])
-                published += sum(weight for _, weight in items)
+                reroute.extend(items)
                 continue
             entry = publish.get(id(queue))
             if entry is None:
@@ -236,6 +265,12 @@ class Receiver:
                 entry[1].append(item)
                 entry[2].append(weight)
                 published += weight
+        if checkpoints is not None:  # the whole message decoded: log it before anything is queued or acked
+            for task, group in to_log:
+                checkpoints.log(task, key, group)
+        if reroute:
+            host.reroute([item for item, _ in reroute], [weight for _, weight in reroute])
+            published += sum(weight for _, weight in reroute)
         for item, weight in broadcast:
             for queue in host.all_queues():
                 queue.publish([item], [weight])
@@ -246,25 +281,94 @@ class Receiver:
         self.counters["source_tuples_in"] += from_clients
         return published
 
+    def replay(self, task: int, payloads: list[bytes]) -> int:
+        """Publish input-log payloads of source task ``task`` again, untracked (a rollback's replay)."""
+        host = self._host
+        kind = host.kind_of(task)
+        if kind is None:
+            logger.error("worker %s: cannot replay input of task %d: it no longer runs here", host.slot, task)
+            return 0
+        items = self._decode_source(task, payloads, kind, None, False)
+        queue = host.queue_of(task)
+        weight = sum(w for _, w in items)
+        if queue is None or not queue.publish([item for item, _ in items], [w for _, w in items]):
+            host.reroute([item for item, _ in items], [w for _, w in items])
+        self.counters["replayed_tuples"] += weight
+        return weight
+
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
-        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed)."""
+        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed).
+
+        In a stateful topology a group is logged before it is acked, so a group seen again
+        (committed, or in an input log) is acked at once, and a tree that fails does not
+        make the sender resend: the worker marks its state dirty and the next checkpoint
+        round replays the logs (the group is processed exactly once before its epoch commits).
+        """
         since = self.writers.group(header)
+        checkpoints = self._host.checkpoints
 
         def finish(status: int) -> None:
+            if status == FAILED and checkpoints is not None and not rejected:
+                checkpoints.mark_dirty("a tuple tree of a delivery group failed")
+                status = header.required
             if status != ACCEPTED or header.required != PROCESSED:
                 self.writers.finished(header, status, since)
             done(status)
 
-        tracker = GroupTracker(finish) if header.required == PROCESSED else None
-        try:
-            rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
-        except GroupRejected:
-            finish(FAILED)
-            return
+        rejected = False
+        if checkpoints is not None:
+            with checkpoints.gate:
+                if checkpoints.group_seen(header.key):
+                    finish(header.required)
+                    return
+                replaying = checkpoints.replaying
+                tracker = GroupTracker(finish) if header.required == PROCESSED and not replaying else None
+                try:
+                    rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True, key=header.key)
+                except GroupRejected:
+                    rejected = True
+                    finish(FAILED)
+                    return
+            if replaying:  # logged; the replay publishes it
+                self.writers.add_rows(header, rows)
+                finish(header.required)
+                return
+        else:
+            tracker = GroupTracker(finish) if header.required == PROCESSED else None
+            try:
+                rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
+            except GroupRejected:
+                rejected = True
+                finish(FAILED)
+                return
         self.writers.add_rows(header, rows)
         finish(ACCEPTED)
         if tracker is not None:
             tracker.sealed()
+
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        """Answer the checkpoint coordinator (docs/state.md); a topology without state says so."""
+        checkpoints = self._host.checkpoints
+        if checkpoints is not None:
+            checkpoints.handle(op, body, reply)
+            return
+        if op == STATUS:
+            reply(
+                REQUEST_OK,
+                encode_body(
+                    {
+                        "worker": str(self._host.slot),
+                        "stateful": False,
+                        "epoch": 0,
+                        "committed": 0,
+                        "generation": 0,
+                        "dirty": False,
+                        "reasons": [],
+                    }
+                ),
+            )
+            return
+        reply(REQUEST_FAILED, f"topology {self._host.plan.topology.name!r} has no stateful component".encode())
 
     def pull_loop(self, server: IServer, buffer_size: int) -> None:
         """Storm 0.8's receive thread: block for a message, take up to ``buffer_size`` more."""
@@ -306,6 +410,7 @@ class Receiver:
                     root, edge = acker.root(tracker)
                     payload.anchors = [(worker_id, root, edge)]
                     continue
+                assert isinstance(payload, list)  # a source decoder makes tuples or batches, never barriers
                 tracker.expect(len(payload))
                 for tup in payload:  # each source tuple roots a tuple tree (Storm's acker)
                     root, edge = acker.root(tracker)
@@ -387,3 +492,6 @@ class DeserializingConnectionCallback(IConnectionCallback):
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         self._receiver.recv_group(header, batch, done)
+
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        self._receiver.recv_request(op, body, reply)

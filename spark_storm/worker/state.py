@@ -28,10 +28,12 @@ from spark_storm.codec.tuples import CLIENT_COMPONENT, TupleSource
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import IClient, IContext, IServer, TaskMessage
+from spark_storm.reports import ErrorReport
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
-from spark_storm.topology.model import DEFAULT_STREAM
+from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
 from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, split_edges, worker_id
+from spark_storm.worker.checkpoint import CheckpointManager, topology_is_stateful
 from spark_storm.worker.executor import Executor, make_executor
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.receive import Receiver
@@ -112,7 +114,18 @@ class WorkerState:
         self._task_kind: dict[int, str] = {}
         self._sources: dict[tuple[int, str], TupleSource] = {}
         self._client_sources: dict[int, TupleSource] = {}
-        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
+        self.errors: deque[ErrorReport] = deque(maxlen=50)
+        #: Checkpoints, input logs and rollbacks: only for topologies with a stateful component.
+        self.checkpoints: CheckpointManager | None = None
+        bolts = {c.id: resolve_class(c.bolt, f"component {c.id!r} bolt") for c in plan.topology.components.values()}
+        if topology_is_stateful(bolts):
+            if settings.receiver_mode != "push":
+                msg = (
+                    f"topology {plan.topology.name!r} has stateful components, whose checkpoints need "
+                    "topology.receiver.mode: push (it is pull)"
+                )
+                raise ConfigError(msg)
+            self.checkpoints = CheckpointManager(self, conf)
         self.receiver = Receiver(self, settings.dead_letter_file)
         self.transfer = WorkerTransfer(self, settings)
         self.backpressure = BackPressureTracker(str(slot), lambda: self.server)
@@ -137,6 +150,12 @@ class WorkerState:
     @property
     def serializer(self) -> Serializer:
         return self._serializer
+
+    @property
+    def generation(self) -> int:
+        """The topology's generation as this worker knows it (0 unless a rollback happened; docs/state.md)."""
+        checkpoints = self.checkpoints
+        return checkpoints.generation if checkpoints is not None else 0
 
     @property
     def acker(self) -> Acker:

@@ -59,6 +59,22 @@ class WorkerTransfer:
         self._held_tasks: set[int] = set()
         self._unconnected: set[Slot] = set()  # reported once until a connection to it appears
         self._done = 0
+        self._clear: threading.Event | None = None
+        self._thread_alive: Callable[[], bool] | None = None
+
+    def clear(self, timeout: float = 5.0) -> bool:
+        """Drop what is queued and held (a rollback: it belongs to the old generation).
+
+        The transfer thread does it at its next turn, and this waits for that: after a
+        rollback resumes, the queue holds the new generation's messages, which must not be
+        cleared.  Whatever the thread sends meanwhile carries the old generation and is
+        dropped on arrival.  Returns False if the thread did not get to it in time.
+        """
+        done = threading.Event()
+        self._clear = done
+        if self._thread_alive is not None and not self._thread_alive():
+            return True
+        return done.wait(timeout)
 
     def publish(self, messages: list[TaskMessage], weights: list[int]) -> None:
         """Queue messages for remote tasks (waits while the queue is full)."""
@@ -84,7 +100,15 @@ class WorkerTransfer:
         """Drain, group and send until the queue is closed and nothing is held (the transfer thread)."""
         retry_at = 0.0
         queue = self.queue
+        current = threading.current_thread()
+        self._thread_alive = current.is_alive
         while True:
+            cleared = self._clear
+            if cleared is not None:
+                self._clear = None
+                self._done += queue.clear()
+                self._held, self._held_tuples, self._held_tasks = [], 0, set()
+                cleared.set()
             if self._held and time.monotonic() >= retry_at:
                 # Retry held messages on a short interval, not on every pass: while the
                 # destination stays backpressured, re-checking each pass would only spin.

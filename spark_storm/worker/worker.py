@@ -37,13 +37,15 @@ from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
 from spark_storm.messaging import IClient, IServer
+from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
+from spark_storm.worker.checkpoint import IntervalCheckpoints
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from spark_storm.worker.timer import HeartbeatFile, WorkerTimer
+from spark_storm.worker.timer import WorkerTimer
 
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
@@ -113,8 +115,8 @@ class Worker:
         self.metrics_port: int | None = None
         self._http: Any = None
         hb_dir = self.settings.heartbeat_dir or tempfile.gettempdir()
-        self.heartbeat_path = Path(hb_dir) / f"{self.topology_id}-{slot.port}.json"
-        self._heartbeat = HeartbeatFile(self.heartbeat_path)
+        self._heartbeat = HeartbeatFileWriter(Path(hb_dir), self.topology_id, slot.port)
+        self.heartbeat_path = self._heartbeat.path
         self.timer = WorkerTimer(self._stopping)
         self.timer.every("heartbeat", self.settings.heartbeat_every_s, self._beat)
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
@@ -123,6 +125,7 @@ class Worker:
         self.timer.every("rates", 1.0, self._update_rates)
         self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
+        self.interval_checkpoints: IntervalCheckpoints | None = None
 
     # ------------------------------------------------------------------ views
     @property
@@ -190,6 +193,8 @@ class Worker:
         _LIVE.add(self)
         _install_thread_hook()
         state = self.state
+        if state.checkpoints is not None:
+            state.checkpoints.open()  # the epoch and the logs first: input may arrive as soon as we bind
         if self.settings.receiver_mode == "push":
             state.server = state.context.bind(
                 self.topology_id, self.slot.port, DeserializingConnectionCallback(self.receiver)
@@ -211,6 +216,10 @@ class Worker:
         self._start_metrics_http()  # before the timer: the first heartbeat names the metrics port
         self._spawn(self.timer.run, "timer")
         self._spawn(self._activate_when_ready, "activate")
+        if state.checkpoints is not None:
+            self.interval_checkpoints = IntervalCheckpoints(state.checkpoints, self.conf, self._stopping)
+            if self.interval_checkpoints.enabled:
+                self._spawn(self.interval_checkpoints.run, "checkpoint-interval")
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=f"spark-storm-{name}-{self.slot.port}", daemon=True)
@@ -279,6 +288,8 @@ class Worker:
         removed = [e for spec, e in self.executors.items() if spec not in wanted]
         added = {spec: self.state.build_executor(spec) for spec in wanted if spec not in kept}
         self.state.swap(plan, merged, {**kept, **added})
+        if self.state.checkpoints is not None:
+            self.state.checkpoints.executors_moved([str(s) for s in added], [str(e.spec) for e in removed])
         deadline = time.monotonic() + self.settings.shutdown_timeout_s
         for executor in removed:
             executor.activate()  # drain what it holds, even if deactivated
@@ -351,6 +362,8 @@ class Worker:
             self._http.shutdown()
             self._http.server_close()
         self.state.context.term()
+        if self.state.checkpoints is not None:
+            self.state.checkpoints.close()
         self._beat("stopped")
         self._stopped.set()
         _LIVE.discard(self)
@@ -392,7 +405,7 @@ class Worker:
     def _beat(self, status: str | None = None) -> None:
         self._heartbeat.write(self.heartbeat_record(status))
 
-    def heartbeat_record(self, status: str | None = None) -> dict[str, Any]:
+    def heartbeat_record(self, status: str | None = None) -> WorkerHeartbeat:
         """Return the heartbeat record (the local file; cluster mode also writes it to ZooKeeper)."""
         return {
             "topology": self.topology_id,
@@ -449,7 +462,7 @@ class Worker:
             )
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> WorkerMetrics:
         """Everything countable: worker counters, connections, queues, bolts, errors, Spark writers."""
         state = self.state
         acker = state.acker
@@ -479,6 +492,7 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
+            "checkpoint": state.checkpoints.metrics() if state.checkpoints is not None else None,
             "components": {
                 cid: {
                     "source": c.source,

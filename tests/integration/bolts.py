@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
 
 
 class RecordingBolt(Bolt):
@@ -208,3 +209,46 @@ def read_values(directory: Path) -> list[list[Any]]:
             out.append(unpack_value(data[pos + 4 : pos + 4 + n]))
             pos += 4 + n
     return out
+
+
+class LedgerBolt(StatefulBolt):
+    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/state.md)."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.ledger = state
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        key, n = tup.values[0], tup.values[1]
+        count, total = self.ledger.get(key, (0, 0))
+        self.ledger.put(key, [count + 1, total + n])
+        self.collector.ack(tup)
+
+
+class LedgerBatchBolt(StatefulBatchBolt):
+    """The ledger, columnar: per key [count, sum] with get_many / put_many."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.ledger = state
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            return
+        import pyarrow as pa
+
+        grouped = (
+            pa.table({"key": batch.column("key"), "n": batch.column("n")})
+            .group_by("key")
+            .aggregate([("n", "count"), ("n", "sum")])
+        )
+        keys = grouped.column("key").to_pylist()
+        old = self.ledger.get_many(keys, None)
+        new = [
+            [(o or (0, 0))[0] + c, (o or (0, 0))[1] + s]
+            for o, c, s in zip(
+                old, grouped.column("n_count").to_pylist(), grouped.column("n_sum").to_pylist(), strict=True
+            )
+        ]
+        self.ledger.put_many(keys, new)
+        self.collector.ack(batch)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +10,10 @@ import msgpack
 import yaml
 
 from spark_storm.messaging import IClient, IContext, TaskMessage
+from spark_storm.reports import WorkerMetrics
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 __all__ = ["RUNS", "Run", "arrow_payload", "rows"]
 
@@ -54,12 +54,8 @@ class Run:
         for conn in self.conns.values():
             assert conn.flush(30), conn.metrics()
 
-    def health(self, slot: Slot) -> dict[str, Any]:
-        hb = self.cluster.heartbeat(slot)
-        assert hb is not None
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            data: dict[str, Any] = json.loads(r.read())
-            return data
+    def health(self, slot: Slot) -> WorkerMetrics:
+        return self.cluster.health(slot)
 
     def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
         self.stopped = True

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from spark_storm.codec.columnar import rows_of
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.integration.bolts import read_values
 from tests.spark.conftest import health
 

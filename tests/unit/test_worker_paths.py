@@ -259,7 +259,7 @@ def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_i
     [(task, local_tuples)] = local
     assert task == 5
     [(message, weight)] = remote
-    src, stream, remote_rows, anchors = unpack_bolt(world.state.serializer, message.payload)
+    src, stream, remote_rows, anchors, _generation = unpack_bolt(world.state.serializer, message.payload)
     assert (src, stream, anchors, message.task) == (3, "default", None, 6)
     assert weight == len(remote_rows)
     assert sorted([t.values for t in local_tuples] + remote_rows) == sorted(_rows(60))
@@ -311,7 +311,7 @@ def test_columnar_payload_metadata_round_trips() -> None:
     payload = arrow_payload(data, columnar_metadata(3, "s", [(0, 1, edge)]))
     decoded, origin = read_arrow(payload)
     assert decoded.to_pylist() == data.to_pylist()
-    assert origin == (3, "s", [(0, 1, edge)])
+    assert origin == (3, "s", [(0, 1, edge)], 0)
     assert read_arrow(arrow_payload(data))[1] is None
 
 
@@ -323,7 +323,7 @@ def test_items_a_stopped_executor_refuses_go_where_their_task_is_now() -> None:
         tuples = [Tuple(v, w.state.source_of(2, "default")) for v in _rows(4)]
         w.state.reroute([(3, tuples)], [4])
         [(message, weight)] = w.transfer.queue.take(10, 0)
-        src, stream, rows, anchors = unpack_bolt(w.state.serializer, message.payload)
+        src, stream, rows, anchors, _generation = unpack_bolt(w.state.serializer, message.payload)
         assert (message.task, weight, src, stream, rows, anchors) == (3, 4, 2, "default", _rows(4), None)
         # a local executor's closed queue refuses a publish; the receive path reroutes it
         queue = w.state.queue_of(2)
