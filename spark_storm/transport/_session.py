@@ -243,8 +243,12 @@ class ClientSession:
         with self._cond:
             return [BatchQuery(*key, required) for key, (required, last) in self._open.items() if last <= self._acked]
 
-    def replay(self, resume_after: int) -> None:
-        """After a (re)handshake: queue again everything the server did not deliver."""
+    def replay(self, resume_after: int) -> bool:
+        """After a (re)handshake: queue again everything the server did not deliver.
+
+        Returns True when the server no longer knows what it had acknowledged (it
+        restarted): what it received before is gone with it, unless its owner kept it.
+        """
         with self._cond:
             if resume_after >= self._next_seq:
                 msg = (
@@ -252,6 +256,7 @@ class ClientSession:
                     f"sent up to {self._next_seq - 1}: another client shares the session id"
                 )
                 raise ConnectionBrokenError(msg)
+            lost_state = resume_after < self._acked
         self.on_receipt(resume_after)
         with self._cond:
             chunks = [chunk for _, chunk in self._unacked]
@@ -259,6 +264,7 @@ class ClientSession:
                 self.resent += self._next_seq - 1 - self._acked
             self._outbox = chunks
             self._outbox_bytes = sum(len(c) for c in chunks)
+        return lost_state
 
     @property
     def outbox_bytes(self) -> int:
@@ -702,7 +708,8 @@ class ClientProtocol:
                 replies.append(encode_control(self._handshake.on_challenge(item)))
             elif isinstance(item, Ok):
                 resume = self._handshake.on_ok(item)
-                self._session.replay(resume)
+                if self._session.replay(resume):
+                    self._client.server_restarted()
                 replies.extend(encode_control(query) for query in self._session.unanswered())
                 self.ready = True
             elif isinstance(item, Failure):
