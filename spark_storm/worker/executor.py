@@ -139,11 +139,12 @@ class Executor:
         raise NotImplementedError
 
     def _prepare(self) -> None:
-        topo = self.host.plan.topology
-        tasks = tuple(self.host.plan.component_tasks[self.component.id])
+        plan = self.host.plan
+        topo = plan.topology
+        tasks = tuple(plan.component_tasks[self.component.id])
         for task, bolt in self.bolts.items():
             ctx = TopologyContext(
-                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot)
+                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot), plan
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
@@ -403,9 +404,14 @@ def make_executor(
     ConfigError
         The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
     """
+    from spark_storm.worker.adapters import adapt_class
+    from spark_storm.worker.spout import Spout, SpoutExecutor
+
     component = host.plan.topology.components[spec.component]
     conf = {**worker_conf, **host.plan.topology.conf, **component.conf}
-    bolt_cls = resolve_class(component.bolt, f"component {component.id!r} bolt")
+    bolt_cls = adapt_class(component, resolve_class(component.bolt, f"component {component.id!r} bolt"))
+    if component.spout or (isinstance(bolt_cls, type) and issubclass(bolt_cls, Spout)):
+        return SpoutExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, BatchBolt):
         return BatchExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, Bolt):

@@ -70,6 +70,7 @@ class LocalCluster:
         conf_path: str | None = None,
         overrides: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
+        properties: str | None = None,
         *,
         work_dir: str | Path | None = None,
     ) -> None:
@@ -77,7 +78,8 @@ class LocalCluster:
             msg = f"a local cluster needs at least 1 worker, got {n}"
             raise StormError(msg)
         self.topology_path = str(topology_path)
-        self.topology = load_topology(self.topology_path)
+        self.properties = properties
+        self.topology = load_topology(self.topology_path, properties)
         self.host = host
         self.ports = free_ports(n, host)
         self.slots = [Slot(host, p) for p in self.ports]
@@ -117,6 +119,8 @@ class LocalCluster:
         ]
         if self.conf_path:
             cmd += ["--conf", self.conf_path]
+        if self.properties:
+            cmd += ["--filter", self.properties]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={json.dumps(value)}"]
         return cmd
