@@ -245,7 +245,7 @@ def run_demo(
     topo_path = _topology(work, arrow)
     kind = "columnar (batch bolts)" if arrow else "tuple"
     print(f"starting {workers} workers of the {kind} wordcount topology ...", flush=True)
-    cluster = LocalCluster(str(topo_path), workers)
+    cluster = LocalCluster(str(topo_path), workers, work_dir=work / "workers")
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     query = spark = None
     listener = _Sent()
@@ -283,7 +283,7 @@ def run_demo(
         f"the {TRIGGER_S:g} s trigger); processed by the topology: {processed:,}; words counted: {words:,}"
     )
     exited = all(c == 0 for c in codes.values())
-    logs = f" (see the worker logs in {cluster.heartbeat_dir})"
+    logs = f" (see {_logs_line(cluster, codes)})"
     if killed:
         print("sent == processed: not checked (the killed worker's input was replayed after it restarted)")
         ok = exited
@@ -297,3 +297,15 @@ def run_demo(
         print(f"counts exact: MISMATCH in {len(wrong)} words, e.g. {wrong[:5]}" + logs)
         ok = False
     return 0 if ok else 1
+
+
+def _logs_line(cluster: LocalCluster, codes: dict[Any, int]) -> str:
+    """Name the workers' log files that exist, with the exit code of each worker that failed."""
+    logs = [
+        f"{path} (exit code {codes[slot]})" if codes.get(slot) else str(path)
+        for slot, path in cluster.logs.items()
+        if path.exists()
+    ]
+    if not logs:
+        return f"the workers' folder {cluster.heartbeat_dir}: no worker wrote a log"
+    return "the worker logs: " + ", ".join(logs)
