@@ -40,6 +40,7 @@ from typing import Any, Final
 from spark_storm.config import read_yaml
 from spark_storm.errors import ConfigError
 from spark_storm.plugins import did_you_mean, load_object
+from spark_storm.topology.windows import LATE_STREAM_KEY, check_window_inputs, window_conf, window_spec
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -235,6 +236,7 @@ def _validate(topo: Topology) -> None:
         if not comp.source and not comp.spout and not comp.inputs:
             msg = f"{where}: has no inputs; give it 'inputs' or mark it 'source: true'"
             raise ConfigError(msg)
+        _validate_window(topo, comp, where)
         for inp in comp.inputs:
             upstream = topo.component(inp.component)
             if inp.grouping not in GROUPINGS:
@@ -267,6 +269,55 @@ def _validate(topo: Topology) -> None:
         raise ConfigError(msg)
 
 
+def input_fields(topo: Topology, comp: Component) -> dict[str, tuple[str, ...]]:
+    """Return the fields of every stream ``comp`` receives, by ``"component/stream"`` (a source: its clients')."""
+    if comp.source:
+        return {f"{comp.id} (from clients)": comp.fields_of(DEFAULT_STREAM)}
+    return {f"{i.component}/{i.stream}": topo.components[i.component].fields_of(i.stream) for i in comp.inputs}
+
+
+def _validate_window(topo: Topology, comp: Component, where: str) -> None:
+    spec = window_spec(comp.conf, where, topo.conf)
+    if spec is None:
+        return
+    if comp.spout:
+        msg = f"{where}: a spout makes its own tuples; a window belongs on a bolt that subscribes to it"
+        raise ConfigError(msg)
+    inputs = input_fields(topo, comp)
+    check_window_inputs(spec, where, inputs)
+    if spec.late_stream is not None:
+        declared = comp.outputs.get(spec.late_stream)
+        if declared is None:
+            msg = (
+                f"{where}: late_stream {spec.late_stream!r} is not declared; declare it under 'outputs' "
+                "with the input's fields"
+            )
+            raise ConfigError(msg)
+        for stream, fields in inputs.items():
+            if len(fields) != len(declared):
+                msg = (
+                    f"{where}: late tuples from {stream} have {len(fields)} fields {list(fields)} but "
+                    f"late_stream {spec.late_stream!r} declares {list(declared)}; declare the input's fields"
+                )
+                raise ConfigError(msg)
+
+
+def _declare_late_streams(comps: dict[str, Component]) -> None:
+    """Give each windowed component's undeclared late stream its input's fields (when all inputs agree)."""
+    from dataclasses import replace
+
+    for cid, comp in list(comps.items()):
+        late = comp.conf.get(LATE_STREAM_KEY)
+        if not isinstance(late, str) or late in comp.outputs:
+            continue
+        if comp.source:
+            fields = {comp.fields_of(DEFAULT_STREAM)}
+        else:
+            fields = {comps[i.component].fields_of(i.stream) if i.component in comps else () for i in comp.inputs}
+        if len(fields) == 1:
+            comps[cid] = replace(comp, outputs={**comp.outputs, late: next(iter(fields))})
+
+
 def resolve_class(path: str, what: str) -> Any:
     """Import ``pkg.mod:Class`` or ``pkg.mod.Class`` (see :func:`spark_storm.plugins.load_object`)."""
     return load_object(path, what)
@@ -287,6 +338,7 @@ _COMPONENT_KEYS: Final = {
     "grouping_fields",
     "spout",
     "shell",
+    "window",
 }
 _INPUT_KEYS: Final = {"from", "grouping", "stream", "fields", "class", "args"}
 
@@ -374,6 +426,13 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
             )
         source = bool(raw.get("source", False))
         bolt, spout, conf = _component_class(raw, where)
+        if "window" in raw:
+            block = window_conf(raw["window"], f"{where} ({cid})")
+            both = sorted(k for k in block if k in conf)
+            if both:
+                msg = f"{where} ({cid}): 'window' and conf key(s) {both} say the same; keep one"
+                raise ConfigError(msg)
+            conf.update(block)
         comps[cid] = Component(
             id=cid,
             bolt=bolt,
@@ -387,6 +446,7 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
             grouping_fields=_strs(raw.get("grouping_fields", ()), f"{where}.grouping_fields"),
             spout=spout,
         )
+    _declare_late_streams(comps)
     return Topology(
         name=str(data.get("name", "")),
         components=comps,
@@ -536,13 +596,20 @@ class TopologyBuilder:
         tasks: int = 0,
         outputs: Mapping[str, Sequence[str]] | None = None,
         conf: Mapping[str, Any] | None = None,
+        window: Mapping[str, Any] | None = None,
     ) -> TopologyBuilder:
-        """Add a bolt subscribed to ``inputs``; ``fields`` declares its default stream."""
+        """Add a bolt subscribed to ``inputs``; ``fields`` declares its default stream.
+
+        ``window`` is the YAML ``window:`` block (``{"length": "60s", "sliding": "10s", ...}``).
+        """
         outs = {s: tuple(f) for s, f in (outputs or {}).items()}
         if fields:
             outs[DEFAULT_STREAM] = tuple(fields)
+        merged = dict(conf or {})
+        if window is not None:
+            merged.update(window_conf(window, f"topology {self._name!r}, component {component_id!r}"))
         self._components[component_id] = Component(
-            component_id, bolt, parallelism, tasks, outs, tuple(inputs), False, dict(conf or {})
+            component_id, bolt, parallelism, tasks, outs, tuple(inputs), False, merged
         )
         return self
 
@@ -558,4 +625,6 @@ class TopologyBuilder:
 
     def build(self) -> Topology:
         """Validate and return the topology."""
-        return Topology(self._name, dict(self._components), self._workers, dict(self._conf))
+        components = dict(self._components)
+        _declare_late_streams(components)
+        return Topology(self._name, components, self._workers, dict(self._conf))

@@ -138,6 +138,7 @@ class ExecutorCheckpoints:
             self.restores += 1
             self._manager.note_restored(task, epoch, bool(data) or bool(store.epochs()))
             bolt.init_state(state)
+            bolt._state_restored(state)
         self.restored.set()
 
     # --- the executor's batches -----------------------------------------------------------------
@@ -198,7 +199,9 @@ class ExecutorCheckpoints:
         return self.process(released) if released else 0
 
     def _write(self, task: int, epoch: int) -> None:
-        self._ex.bolts[task].pre_prepare(epoch)
+        bolt = self._ex.bolts[task]
+        bolt._state_saving(epoch)
+        bolt.pre_prepare(epoch)
         state = self.states[task]
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
@@ -247,6 +250,7 @@ class ExecutorCheckpoints:
             if store.committed() < epoch:
                 store.mark_committed(epoch)
             self.states[task].restore(data)
+            bolt._state_restored(self.states[task])
             self._keys_since_full[task] = 0
             self.done[task] = epoch
         self.rollbacks += 1

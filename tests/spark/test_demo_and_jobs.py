@@ -36,7 +36,8 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     assert "sent == processed: OK" in out.stdout
     sent = int(out.stdout.split("sentences sent by Spark: ")[1].split(";")[0].replace(",", ""))
     assert sent > 0
-    assert "top words:" in out.stdout
+    assert "top words (committed state):" in out.stdout
+    assert "counts exact: OK" in out.stdout
     assert "tuples/s" in out.stdout
     assert "UI: http://127.0.0.1:" in out.stdout
 
