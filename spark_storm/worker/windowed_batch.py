@@ -553,7 +553,7 @@ class _BatchWindows:
                     continue
                 session.payload.append(rows_of)
                 if high > session.last:
-                    sessions.place(key, high)
+                    sessions.grow(key, session, low, high)
         self._fire_sessions()
 
     def _fire_sessions(self) -> None:

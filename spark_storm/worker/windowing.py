@@ -176,10 +176,10 @@ class Sessions(Generic[P]):
         last = sessions[-1]
         gap = self.gap
         if last.start - gap < ts < last.last + gap and (len(sessions) == 1 or ts >= last.start):
-            return self._grow(key, last, ts, ts)
+            return self.grow(key, last, ts, ts)
         for s in sessions:
             if s.start - gap < ts < s.last + gap:
-                return self._grow(key, s, ts, ts)
+                return self.grow(key, s, ts, ts)
         return None
 
     def open(self, key: Any, start: int, last: int, payload: P) -> Session[P]:
@@ -194,7 +194,8 @@ class Sessions(Generic[P]):
         self.dirty.add(key)
         return session
 
-    def _grow(self, key: Any, session: Session[P], low: int, high: int) -> Session[P]:
+    def grow(self, key: Any, session: Session[P], low: int, high: int) -> Session[P]:
+        """Widen an open session to events from ``low`` to ``high`` (merging any it then overlaps)."""
         changed_end = high > session.last
         if low < session.start:
             session.start = low
