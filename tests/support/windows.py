@@ -107,7 +107,7 @@ class Harness:
             self.bolt.execute(Tuple(list(row), origin))
 
     def send_batch(self, rows: Sequence[Sequence[Any]], schema: pa.Schema | None = None) -> None:
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in self.source.fields]
+        columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [() for _ in self.source.fields]
         data = pa.record_batch(
             [pa.array(list(c), type=schema.field(i).type if schema else None) for i, c in enumerate(columns)],
             names=list(self.source.fields),

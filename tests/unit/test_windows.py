@@ -147,7 +147,7 @@ def _events(seed: int, n: int, jitter: int, users: int = 3, start: int = 1_700_0
 
 
 def _watermark(rows: list[list[Any]], lag: int) -> int:
-    return max(r[0] for r in rows) - lag
+    return int(max(r[0] for r in rows)) - lag
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -192,7 +192,9 @@ def test_late_tuples_go_to_the_late_stream_and_are_counted_exactly() -> None:
     lag = 1000
     h = Harness(COUNT, {"length": "2s", "timestamp_field": "ts", "lag": "1s", "late_stream": "late"}, late=True)
     h.send(rows)
-    newest, late, kept = -(1 << 62), [], []
+    newest = -(1 << 62)
+    late: list[list[Any]] = []
+    kept: list[list[Any]] = []
     for row in rows:
         (late if row[0] < newest - lag else kept).append(row)
         newest = max(newest, row[0])
