@@ -8,92 +8,33 @@ committed [count, sum] must equal the answer computed from the rows.
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from spark_storm.state.protocol import Coordinator
-from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import wait_until
-from tests.support.ledger import GroupWriter, expected, ledger_state, ledger_topology, rows_for
+from tests.support.ledger import ExactRun, expected, ledger_state, ledger_topology, rows_for
 
 pytestmark = pytest.mark.integration
 
-OVERRIDES = {"storm.messaging.tcp.min_wait_ms": 20, "storm.messaging.tcp.max_wait_ms": 200}
 
+class Ledger(ExactRun):
+    """The keyed ledger topology run by worker processes."""
 
-class Ledger:
     def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False, conf: dict[str, Any] | None = None) -> None:
+        super().__init__(ledger_topology(tmp, batch=batch, conf=conf), workers)
         self.tmp = tmp
-        self.topology = ledger_topology(tmp, batch=batch, conf=conf)
-        self.cluster = LocalCluster(str(self.topology), workers, overrides=OVERRIDES)
-        self.ctx = make_context({"storm.messaging.transport": "tcp", **OVERRIDES})
-        self.batches: dict[int, list[list[Any]]] = {}
-
-    def __enter__(self) -> Ledger:
-        self.cluster.start()
-        self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
-        for conn in self.conns.values():
-            assert conn.wait_ready(30)
-        self.writer = GroupWriter(self.cluster.plan, self.conns)
-        self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.ctx.term()
-        self.cluster.stop()
 
     def feed(self, batch: int, n: int = 600) -> None:
-        rows = rows_for(batch, n)
-        self.batches[batch] = rows
-        self.writer.send(batch, rows)
-
-    def commit(self, batch: int) -> Any:
-        return self.coordinator.checkpoint({self.writer.query: batch})
-
-    def restart(self, index: int) -> None:
-        slot = self.cluster.slots[index]
-        self.cluster.kill(slot)
-        self.cluster.start_worker(slot)
+        self.send(batch, rows_for(batch, n))
 
     def state(self) -> dict[str, list[int]]:
         return ledger_state(self.tmp / "state", self.cluster.topology.name, self.cluster.plan)
 
-    def health(self, index: int) -> dict[str, Any]:
-        hb = self.cluster.heartbeat(self.cluster.slots[index])
-        if not hb or not hb.get("metrics_port"):
-            return {}
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=5) as r:
-                data: dict[str, Any] = json.loads(r.read())
-                return data
-        except OSError:
-            return {}
-
-    def accepted(self, index: int) -> int:
-        return int(self.health(index).get("counters", {}).get("source_tuples_in", 0))
-
-    def with_source(self, *, other_than: int | None = None) -> int:
-        """Index of a worker that runs a source task (the plan decides which do)."""
-        plan = self.cluster.plan
-        hosting = {plan.task_slot[t] for t in plan.component_tasks["in"]}
-        return next(i for i, s in enumerate(self.cluster.slots) if s in hosting and i != other_than)
-
-    def kill_mid_batch(self, victim: int, batch: int, n: int) -> threading.Thread:
-        """Start sending ``batch`` and SIGKILL+restart ``victim`` once it is accepting that batch's rows."""
-        rows = rows_for(batch, n)
-        self.batches[batch] = rows
-        before = self.accepted(victim)
-        sender = threading.Thread(target=self.writer.send, args=(batch, rows))
-        sender.start()
-        wait_until(lambda: self.accepted(victim) > before, what=f"worker {victim} accepting batch {batch}", timeout=30)
-        self.restart(victim)
-        return sender
+    def kill_mid_batch(self, victim: int, batch: int, n: int) -> threading.Thread:  # type: ignore[override]
+        return super().kill_mid_batch(victim, batch, rows_for(batch, n))
 
 
 def test_committed_state_is_exact_without_failures(tmp_path: Path) -> None:

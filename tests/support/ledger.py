@@ -7,10 +7,13 @@ batch's rows reach the workers' input logs exactly once whatever the workers do.
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import msgpack
 import yaml
@@ -19,7 +22,11 @@ from spark_storm.errors import StormError
 from spark_storm.messaging import IClient, TaskMessage
 from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
 from spark_storm.state.files import EmbeddedBackend
+from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Plan, Slot
+from spark_storm.transport import make_context
+from spark_storm.worker.local_cluster import LocalCluster
+from tests.helpers import wait_until
 
 
 def ledger_topology(
@@ -134,3 +141,72 @@ class GroupWriter:
                 if status is None or status == FAILED:
                     still.append((slot, header, msgs))
             pending = still
+
+
+OVERRIDES = {"storm.messaging.tcp.min_wait_ms": 20, "storm.messaging.tcp.max_wait_ms": 200}
+
+
+class ExactRun:
+    """Worker processes of one topology, fed like Spark feeds it: delivery groups to its source ``in``
+    (a :class:`GroupWriter`), and the driver's commit (a checkpoint round)."""
+
+    def __init__(self, topology: Path, workers: int = 2) -> None:
+        self.topology = topology
+        self.cluster = LocalCluster(str(self.topology), workers, overrides=OVERRIDES)
+        self.ctx = make_context({"storm.messaging.transport": "tcp", **OVERRIDES})
+        self.batches: dict[int, list[list[Any]]] = {}
+
+    def __enter__(self) -> Self:
+        self.cluster.start()
+        self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
+        for conn in self.conns.values():
+            assert conn.wait_ready(30)
+        self.writer = GroupWriter(self.cluster.plan, self.conns)
+        self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ctx.term()
+        self.cluster.stop()
+
+    def send(self, batch: int, rows: list[list[Any]]) -> None:
+        self.batches[batch] = rows
+        self.writer.send(batch, rows)
+
+    def commit(self, batch: int) -> Any:
+        return self.coordinator.checkpoint({self.writer.query: batch})
+
+    def restart(self, index: int) -> None:
+        slot = self.cluster.slots[index]
+        self.cluster.kill(slot)
+        self.cluster.start_worker(slot)
+
+    def health(self, index: int) -> dict[str, Any]:
+        hb = self.cluster.heartbeat(self.cluster.slots[index])
+        if not hb or not hb.get("metrics_port"):
+            return {}
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=5) as r:
+                data: dict[str, Any] = json.loads(r.read())
+                return data
+        except OSError:
+            return {}
+
+    def accepted(self, index: int) -> int:
+        return int(self.health(index).get("counters", {}).get("source_tuples_in", 0))
+
+    def with_source(self, *, other_than: int | None = None) -> int:
+        """Index of a worker that runs a source task (the plan decides which do)."""
+        plan = self.cluster.plan
+        hosting = {plan.task_slot[t] for t in plan.component_tasks["in"]}
+        return next(i for i, s in enumerate(self.cluster.slots) if s in hosting and i != other_than)
+
+    def kill_mid_batch(self, victim: int, batch: int, rows: list[list[Any]]) -> threading.Thread:
+        """Start sending ``batch`` and SIGKILL+restart ``victim`` once it is accepting that batch's rows."""
+        self.batches[batch] = rows
+        before = self.accepted(victim)
+        sender = threading.Thread(target=self.writer.send, args=(batch, rows))
+        sender.start()
+        wait_until(lambda: self.accepted(victim) > before, what=f"worker {victim} accepting batch {batch}", timeout=30)
+        self.restart(victim)
+        return sender
