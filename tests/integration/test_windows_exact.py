@@ -8,72 +8,15 @@ Spark tier checks the same against Spark itself.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from spark_storm.state.files import EmbeddedBackend
 from tests.support.ledger import ExactRun
-from tests.support.windows import spark_sessions, spark_windows
+from tests.support.windows import flush_rows, rows_of, spark_sessions, spark_windows, window_results, window_topology
 
 pytestmark = pytest.mark.integration
-
-T0 = 1_780_000_000_000
-SPAN = 2000  # event time one batch covers (ms); the lag covers it, so nothing is late
-
-
-def window_topology(tmp: Path, window: dict[str, Any], *, bolt: str = "WindowCount", name: str = "windows") -> Path:
-    topo = {
-        "name": name,
-        "conf": {
-            "topology.state.provider.config": {"dir": str(tmp / "state")},
-            "topology.state.checkpoint.interval.ms": 0,
-        },
-        "components": [
-            {"id": "in", "source": True, "fields": ["ts", "user", "v"], "parallelism": 2},
-            {
-                "id": "mid",
-                "bolt": "spark_storm.worker.bolt:PassThroughBolt",
-                "fields": ["ts", "user", "v"],
-                "parallelism": 2,
-                "inputs": [{"from": "in", "grouping": "shuffle"}],
-            },
-            {
-                "id": "per-user",
-                "bolt": f"spark_storm.examples.windows:{bolt}",
-                "fields": ["start", "end", "key", "count", "id"],
-                "parallelism": 2,
-                "tasks": 4,
-                "window": window,
-                "inputs": [{"from": "mid", "grouping": "fields", "fields": ["user"]}],
-            },
-            {
-                "id": "results",
-                "bolt": "spark_storm.examples.windows:WindowResults",
-                "parallelism": 2,
-                "inputs": [{"from": "per-user", "grouping": "fields", "fields": ["id"]}],
-            },
-        ],
-    }
-    path = tmp / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(topo))
-    return path
-
-
-def rows_of(batch: int, n: int = 500, users: int = 12) -> list[list[Any]]:
-    """Batch ``batch``'s events: event times within its SPAN, shuffled (out of order within the lag)."""
-    rng = random.Random(batch)
-    rows = [[T0 + batch * SPAN + rng.randrange(SPAN), f"u{rng.randrange(users)}", batch * 10_000 + i] for i in range(n)]
-    rng.shuffle(rows)
-    return rows
-
-
-def flush_rows(batch: int, users: int = 12) -> list[list[Any]]:
-    """One event per user an hour later: every task's watermark passes every window of the data."""
-    return [[T0 + batch * SPAN + 3_600_000, f"u{u}", -1] for u in range(users)]
 
 
 class Windows(ExactRun):
@@ -82,20 +25,7 @@ class Windows(ExactRun):
         self.tmp = tmp
 
     def results(self) -> tuple[dict[tuple[int, int, Any], int], int]:
-        """The committed windows (start, end, key) -> count of every results task, and the conflicts seen."""
-        backend = EmbeddedBackend(self.cluster.topology.name, self.tmp / "state")
-        out: dict[tuple[int, int, Any], int] = {}
-        conflicts = 0
-        for task in self.cluster.plan.component_tasks["results"]:
-            _, data = backend.task_store(task).restore()
-            for key, value in data.items():
-                if key == "conflicts":
-                    conflicts += value
-                elif isinstance(key, (list, tuple)) and key[0] == "window":
-                    start, end, user, count, _wid = value
-                    assert (start, end, user) not in out, f"window {(start, end, user)} in two results"
-                    out[(start, end, user)] = count
-        return out, conflicts
+        return window_results(self.tmp / "state", self.cluster.topology.name, self.cluster.plan)
 
 
 SLIDING = {"length": "6s", "sliding": "2s", "timestamp_field": "ts", "lag": "3s", "key": "user"}

@@ -8,16 +8,20 @@ checkpoint machinery (``checkpoint`` snapshots the state as a committed epoch wo
 
 from __future__ import annotations
 
+import random
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import TICK_SOURCE, Tuple, TupleSource
+from spark_storm.state.files import EmbeddedBackend
 from spark_storm.state.kv import KeyValueState
-from spark_storm.topology.assignment import plan
+from spark_storm.topology.assignment import Plan, plan
 from spark_storm.topology.model import Input, TopologyBuilder
 from spark_storm.worker.bolt import BatchOutputCollector, OutputCollector, TopologyContext
 
@@ -185,3 +189,76 @@ def spark_sessions(
 def closed(windows: Mapping[tuple[int, int, Any], int], watermark: int) -> dict[tuple[int, int, Any], int]:
     """The windows that end at or before ``watermark`` (the ones a task has fired)."""
     return {w: n for w, n in windows.items() if w[1] <= watermark}
+
+
+# ------------------------------------------------------------- a windowed topology run by workers
+T0 = 1_780_000_000_000
+SPAN = 2000  # event time one batch covers (ms); the lag covers it, so nothing is late
+
+
+def window_topology(tmp: Path, window: dict[str, Any], *, bolt: str = "WindowCount", name: str = "windows") -> Path:
+    topo = {
+        "name": name,
+        "conf": {
+            "topology.state.provider.config": {"dir": str(tmp / "state")},
+            "topology.state.checkpoint.interval.ms": 0,
+        },
+        "components": [
+            {"id": "in", "source": True, "fields": ["ts", "user", "v"], "parallelism": 2},
+            {
+                "id": "mid",
+                "bolt": "spark_storm.worker.bolt:PassThroughBolt",
+                "fields": ["ts", "user", "v"],
+                "parallelism": 2,
+                "inputs": [{"from": "in", "grouping": "shuffle"}],
+            },
+            {
+                "id": "per-user",
+                "bolt": f"spark_storm.examples.windows:{bolt}",
+                "fields": ["start", "end", "key", "count", "id"],
+                "parallelism": 2,
+                "tasks": 4,
+                "window": window,
+                "inputs": [{"from": "mid", "grouping": "fields", "fields": ["user"]}],
+            },
+            {
+                "id": "results",
+                "bolt": "spark_storm.examples.windows:WindowResults",
+                "parallelism": 2,
+                "inputs": [{"from": "per-user", "grouping": "fields", "fields": ["id"]}],
+            },
+        ],
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    return path
+
+
+def rows_of(batch: int, n: int = 500, users: int = 12) -> list[list[Any]]:
+    """Batch ``batch``'s events: event times within its SPAN, shuffled (out of order within the lag)."""
+    rng = random.Random(batch)
+    rows = [[T0 + batch * SPAN + rng.randrange(SPAN), f"u{rng.randrange(users)}", batch * 10_000 + i] for i in range(n)]
+    rng.shuffle(rows)
+    return rows
+
+
+def flush_rows(batch: int, users: int = 12) -> list[list[Any]]:
+    """One event per user an hour later: every task's watermark passes every window of the data."""
+    return [[T0 + batch * SPAN + 3_600_000, f"u{u}", -1] for u in range(users)]
+
+
+def window_results(state_dir: Path, topology: str, plan: Plan) -> tuple[dict[tuple[int, int, Any], int], int]:
+    """The committed windows (start, end, key) -> count of every ``results`` task, and the conflicts seen."""
+    backend = EmbeddedBackend(topology, state_dir)
+    out: dict[tuple[int, int, Any], int] = {}
+    conflicts = 0
+    for task in plan.component_tasks["results"]:
+        _, data = backend.task_store(task).restore()
+        for key, value in data.items():
+            if key == "conflicts":
+                conflicts += value
+            elif isinstance(key, (list, tuple)) and key[0] == "window":
+                start, end, user, count, _wid = value
+                assert (start, end, user) not in out, f"window {(start, end, user)} in two results"
+                out[(start, end, user)] = count
+    return out, conflicts
