@@ -56,8 +56,8 @@ def event_ms(value: Any, field: str) -> int:
         return int(value)
     if isinstance(value, dt.datetime):  # pandas' Timestamp is one too
         return int((value - (_EPOCH if value.tzinfo is not None else _EPOCH_NAIVE)) // _MS)
-    if kind is float and math.isfinite(value):
-        return int(math.floor(value))
+    if isinstance(value, float) and math.isfinite(value):
+        return math.floor(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)
     msg = (
