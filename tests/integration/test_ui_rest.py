@@ -342,6 +342,14 @@ def test_a_stateful_components_state_through_commits_a_sigkill_and_a_rollback(tm
         run.cluster.kill(victim)
         run.cluster.start_worker(victim)
         run.cluster.wait_running(60, [victim])
+
+        def victim_row() -> dict[str, Any]:
+            rows: dict[str, dict[str, Any]] = {r["worker"]: r for r in run.get("topology/ledger")["checkpoints"]}
+            return rows.get(str(victim), {})
+
+        wait_until(lambda: victim_row().get("dirty") is True, what="the restarted worker shown dirty")
+        reasons = victim_row()["reasons"]
+        assert {f"task {t} restored epoch 2 at start" for t in restored} <= set(reasons), reasons
         result = run.feed_and_commit(2)
         assert result.rolled_back_to == 2
         st = run.wait_state(

@@ -451,7 +451,7 @@ function drawState(topo, components) {
         "tr",
         { "data-worker": w.worker },
         cell("worker", w.worker),
-        cell("provider", fmt.str(w.provider)),
+        cell("provider", fmt.str(w.provider), "wrap"),
         cell("epoch", fmt.int(w.epoch), "num"),
         cell("committed", fmt.int(w.committed), "num"),
         cell("generation", fmt.int(w.generation), "num"),
