@@ -111,6 +111,7 @@ class _MemoryInputLog(InputLog):
                 self._keys[key] = epoch
 
     def truncate(self, epoch: int) -> None:
+        self._keep([k for k, e in self._keys.items() if e <= epoch])
         self._segments = [s for s in self._segments if s[0] > epoch]
         self._keys = {k: e for k, e in self._keys.items() if e > epoch}
 
@@ -118,7 +119,10 @@ class _MemoryInputLog(InputLog):
         return set(self._keys)
 
     def has(self, key: GroupKey) -> bool:
-        return key in self._keys
+        return key in self._keys or key in self._kept
+
+    def _store_kept(self, keys: list[GroupKey]) -> None:
+        pass  # in memory already
 
     def committed_batches(self) -> dict[str, int]:
         return dict(self._batches)
@@ -126,6 +130,7 @@ class _MemoryInputLog(InputLog):
     def set_committed_batches(self, batches: Mapping[str, int]) -> None:
         for query, batch in batches.items():
             self._batches[query] = max(batch, self._batches.get(query, batch))
+        self._prune_kept()
 
 
 class MemoryBackend(StateBackend):

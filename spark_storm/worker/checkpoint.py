@@ -26,7 +26,7 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.config import Config
 from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
-from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
+from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
 from spark_storm.reports import CheckpointMetrics, StateMetrics
 from spark_storm.state import (
     NO_EPOCH,
@@ -279,6 +279,8 @@ class CheckpointManager:
         self.snapshot_min_keys = snapshot_min_keys(settings)
         self.backend = make_backend(conf, state.plan.topology.name)
         self._prepare_timeout_s = conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000
+        self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
+        self._lease: tuple[str, float] | None = None  # (coordinator, time of its last request)
         slot = state.slot
         self._writer = f"{slot.host}_{slot.port}_{os.getpid()}"
         self.generation = 0
@@ -407,6 +409,10 @@ class CheckpointManager:
             if op not in (PAUSE, RESUME, PREPARE, COMMIT):
                 reply(REQUEST_FAILED, f"unknown checkpoint request op {op}".encode())
                 return
+            busy = self._take_lease(str(args.get("coordinator", "?")))
+            if busy is not None:
+                reply(REQUEST_BUSY, busy.encode())
+                return
         except StateError as exc:
             reply(REQUEST_FAILED, str(exc).encode())
             return
@@ -441,10 +447,26 @@ class CheckpointManager:
             logger.exception("worker %s: %s failed", self.state.slot, name)
             reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
 
+    def _take_lease(self, coordinator: str) -> str | None:
+        """Let ``coordinator`` change things unless another one did lately; the refusal's text otherwise."""
+        now = time.monotonic()
+        with self._cond:
+            if self._lease is not None and self._lease[0] != coordinator and now - self._lease[1] < self._lease_s:
+                holder, since = self._lease
+                return (
+                    f"busy: coordinated by {holder} (its lease ends in {self._lease_s - (now - since):.1f}s; "
+                    "topology.state.coordinator.lease.ms)"
+                )
+            self._lease = (coordinator, now)
+        return None
+
     def status(self) -> dict[str, Any]:
         """Return what STATUS answers."""
         with self._cond:
+            lease = self._lease
             return {
+                "lease_holder": None if lease is None else lease[0],
+                "lease_age_s": None if lease is None else time.monotonic() - lease[1],
                 "worker": str(self.state.slot),
                 "stateful": True,
                 "epoch": self.epoch,
@@ -679,7 +701,9 @@ class IntervalCheckpoints:
         self._manager = manager
         self._interval_s = conf.get_int("topology.state.checkpoint.interval.ms", minimum=0) / 1000
         self._stopping = stopping
+        self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
         self._coordinator = Coordinator(
+            f"worker {manager.state.slot} (topology.state.checkpoint.interval.ms)",
             self._endpoints,
             conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000,
             conf.get_int("topology.state.commit.retries", minimum=1),
@@ -705,13 +729,15 @@ class IntervalCheckpoints:
                 continue
             try:
                 statuses = self._coordinator.status()
-                recent = [
-                    s.worker
+                others = [
+                    s.lease_holder
                     for s in statuses.values()
-                    if s.last_group_age_s is not None and s.last_group_age_s < max(5.0, 3 * self._interval_s)
+                    if s.lease_holder not in (None, self._coordinator.identity)
+                    and s.lease_age_s is not None
+                    and s.lease_age_s < self._lease_s
                 ]
-                if recent:
-                    continue  # a Spark query feeds the topology: its commits run the rounds
+                if others:
+                    continue  # another coordinator (a Spark query's commits) runs the rounds now
                 self._coordinator.checkpoint({})
                 self.rounds += 1
                 self.last_error = None
