@@ -152,7 +152,7 @@ class LedgerUI:
             for conn in self.conns.values():
                 assert conn.wait_ready(30)
             self.writer = GroupWriter(self.cluster.plan, self.conns)
-            self.coordinator = Coordinator(lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
+            self.coordinator = Coordinator("ui-test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
             self.ui.start()
         except BaseException:
             self.__exit__()
