@@ -15,6 +15,7 @@
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
         +-- RequestTimeoutError         request() got no answer in time
+    +-- MultilangError                  a multilang child (ShellBolt/ShellSpout) could not start or failed
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
@@ -41,6 +42,7 @@ __all__ = [
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "MultilangError",
     "NoNimbusError",
     "ReportFormatError",
     "RequestTimeoutError",
@@ -115,6 +117,10 @@ class SendTimeoutError(TransportError):
 
 class RequestTimeoutError(TransportError):
     """A coordination request got no answer within its timeout (the peer is slow, gone, or reconnecting)."""
+
+
+class MultilangError(StormError):
+    """A multilang child process could not start, or failed (exited, hung, wrote garbage); names its command."""
 
 
 class ClusterError(StormError):

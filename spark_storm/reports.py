@@ -332,6 +332,7 @@ class ComponentInfo(TypedDict):
     """A component of the topology as the worker runs it."""
 
     source: bool
+    spout: bool
     bolt: str
     parallelism: int
     tasks: list[int]

@@ -124,22 +124,27 @@ class Executor:
             time.sleep(0.001)
         return True
 
+    @property
+    def busy(self) -> bool:
+        """Inside a batch (its thread alive)."""
+        return self._busy and self._thread.is_alive()
+
     def drop_queued(self) -> None:
         """Drop what is queued and held for alignment (a rollback; the executor is quiesced)."""
-        dropped = self.queue.clear()
+        self.queue.clear()  # never taken: neither consumed nor done
         if self.checkpoints is not None:
-            dropped += self.checkpoints.reset()
-        self._done += dropped
+            self._done += self.checkpoints.reset()  # taken, and now done with
 
     def _make_collector(self, task: int) -> Any:
         raise NotImplementedError
 
     def _prepare(self) -> None:
-        topo = self.host.plan.topology
-        tasks = tuple(self.host.plan.component_tasks[self.component.id])
+        plan = self.host.plan
+        topo = plan.topology
+        tasks = tuple(plan.component_tasks[self.component.id])
         for task, bolt in self.bolts.items():
             ctx = TopologyContext(
-                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot)
+                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot), plan
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
@@ -399,9 +404,14 @@ def make_executor(
     ConfigError
         The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
     """
+    from spark_storm.worker.adapters import adapt_class
+    from spark_storm.worker.spout import Spout, SpoutExecutor
+
     component = host.plan.topology.components[spec.component]
     conf = {**worker_conf, **host.plan.topology.conf, **component.conf}
-    bolt_cls = resolve_class(component.bolt, f"component {component.id!r} bolt")
+    bolt_cls = adapt_class(component, resolve_class(component.bolt, f"component {component.id!r} bolt"))
+    if component.spout or (isinstance(bolt_cls, type) and issubclass(bolt_cls, Spout)):
+        return SpoutExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, BatchBolt):
         return BatchExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, Bolt):
