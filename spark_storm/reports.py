@@ -263,6 +263,7 @@ class StateMetrics(TypedDict):
     last_checkpoint_bytes: int
     checkpoint_p50_ms: float | None
     checkpoint_p99_ms: float | None
+    checkpoint_buckets: list[list[float]]  # [upper bound in s, checkpoints], since the executor started
     checkpoints: int
     restores: int
     rollbacks: int

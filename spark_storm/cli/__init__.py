@@ -10,6 +10,7 @@ ui              the Storm UI and REST API for a cluster (--zookeeper) or a local
 topology plan   print a topology's tasks, executors and the worker each runs on
 kafka           start | stop | status a local KRaft Kafka broker (jars from scripts/fetch-jars)
 zookeeper       start | stop | status a local ZooKeeper server (jars from scripts/fetch-jars)
+redis           start | stop | status a local Redis server (Debian's redis-server) for the redis state provider
 spark-standalone start | stop | status a local Spark standalone master + worker (pyspark's own classes)
 nimbus          run a nimbus (leader-elected; assigns topologies to supervisors' slots; --ui-port: the UI)
 supervisor      run a supervisor (registers slots; runs, restarts and stops assigned workers)
@@ -28,7 +29,7 @@ parser    the flags of every command, and :func:`main`
 demos     transport-demo, demo
 daemons   worker, local-cluster, nimbus, supervisor (each until SIGTERM/Ctrl-C)
 admin     submit, activate, deactivate, rebalance, kill, list, config, topology plan
-servers   kafka, zookeeper, spark-standalone, ui
+servers   kafka, zookeeper, redis, spark-standalone, ui
 signals   run_until_signalled: the one signal loop the daemons and the UI share
 common    --set overrides, the effective config, starting a UI
 """

@@ -1,4 +1,4 @@
-"""Servers for tests, demos and operators: Kafka, ZooKeeper, Spark standalone, and the UI."""
+"""Servers for tests, demos and operators: Kafka, ZooKeeper, Redis, Spark standalone, and the UI."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from spark_storm.cli.common import command_conf, start_ui
 from spark_storm.cli.signals import run_until_signalled
 from spark_storm.errors import ConfigError
 
-__all__ = ["kafka", "spark_standalone", "ui", "zookeeper"]
+__all__ = ["kafka", "redis", "spark_standalone", "ui", "zookeeper"]
 
 
 def kafka(args: argparse.Namespace) -> int:
@@ -46,6 +46,34 @@ def zookeeper(args: argparse.Namespace) -> int:
         pid = server.pid()
         up = pid is not None and server.ready()
         print(f"zookeeper {'running' if up else 'not running'}" + (f": pid {pid} on {server.address}" if up else ""))
+        return 0 if up else 1
+    return 0
+
+
+def redis(args: argparse.Namespace) -> int:
+    """``spark-storm redis start|stop|status``: a local Redis server (Debian's) for the ``redis`` state provider."""
+    from spark_storm.tools.redis_server import RedisServer
+
+    server = RedisServer(args.dir)
+    if args.action == "start":
+        running = server.address if server.pid() is not None and server.ready() else None
+        if running is not None:
+            host, _, port = running.rpartition(":")
+            if host != args.host or (args.port is not None and int(port) != args.port):
+                asked = f"{args.host}:{args.port if args.port is not None else '<any>'}"
+                msg = (
+                    f"a redis started from {server.dir} already serves on {running}, not {asked}: "
+                    f"stop it first (`spark-storm redis stop --dir {args.dir}`) or give another --dir"
+                )
+                raise ConfigError(msg)
+        address = server.start(port=args.port, host=args.host)
+        print(f"redis serving on {address} (pid {server.pid()}, state in {server.dir}; url {server.url})")
+    elif args.action == "stop":
+        print("redis stopped" if server.stop() else "no redis was running")
+    else:
+        pid = server.pid()
+        up = pid is not None and server.ready()
+        print(f"redis {'running' if up else 'not running'}" + (f": pid {pid} on {server.address}" if up else ""))
         return 0 if up else 1
     return 0
 

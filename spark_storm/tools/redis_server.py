@@ -93,11 +93,15 @@ class RedisServer:
         if binary is None:
             msg = f"{self.executable} is not installed: apt-get install redis-server (Debian's package)"
             raise RedisServerError(msg)
+        chosen = port if port is not None else free_ports(1)[0]
+        address = f"{host}:{chosen}"
+        if ping(address, timeout=0.5):  # another server's PONG would pass for ours
+            msg = f"a Redis server already answers on {address}: give another --port, or stop that server first"
+            raise RedisServerError(msg)
         self.dir.mkdir(parents=True, exist_ok=True)
         if clean and self.data_dir.exists():
             shutil.rmtree(self.data_dir)
         self.data_dir.mkdir(exist_ok=True)
-        chosen = port if port is not None else free_ports(1)[0]
         config = self.dir / "redis.conf"
         config.write_text(
             "\n".join(
@@ -114,7 +118,6 @@ class RedisServer:
                 ]
             )
         )
-        address = f"{host}:{chosen}"
         self.address_file.write_text(address + "\n")
         pid = launch_detached([binary, str(config)], self.log_file)
         self.pid_file.write_text(f"{pid}\n")

@@ -19,6 +19,16 @@ A component's p50 and p99 come from its tasks' latency histograms (``latency_buc
 tuples per log-scale bucket over the workers' last one to two windows), added bucket by
 bucket: percentiles themselves cannot be combined, and the slowest task's p99 is not the
 component's.
+
+Stateful components (docs/state.md) also get ``state``: the last committed epoch (the lowest
+its workers report: every task of the component is committed through it), the epoch its
+tasks last wrote, keys (summed), bytes written by each executor's last checkpoint (summed),
+checkpoint duration p50/p99 from the executors' duration histograms added bucket by bucket,
+task checkpoints and restores from a checkpoint (summed over executors), and rollbacks (the
+most any of its executors went through: a rollback rolls every executor back at once, so a
+sum would count one rollback once per executor).  The topology adds ``checkpoints``, each
+worker's view of the protocol (epoch, committed, generation, dirty and why, rollbacks,
+replayed records).
 """
 
 from __future__ import annotations
@@ -332,11 +342,117 @@ def _merged_percentiles_ms(tasks: Iterable[Mapping[str, Any]]) -> tuple[float | 
     return (None if p50 is None else round(p50 * 1000, 4)), (None if p99 is None else round(p99 * 1000, 4))
 
 
+def _min_or_none(values: Iterable[float | None]) -> int | None:
+    vals = list(values)
+    if not vals or any(v is None for v in vals):
+        return None
+    return int(min(v for v in vals if v is not None))
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def _checkpoint_of(w: WorkerReading) -> Mapping[str, Any] | None:
+    """Return the worker's checkpoint view (``/health``'s ``checkpoint``), or None (stateless, not reported)."""
+    cp = w.health.get("checkpoint") if w.health is not None else None
+    return cp if isinstance(cp, Mapping) else None
+
+
+def _executor_state(ex: Mapping[str, Any], checkpoint: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Return a stateful executor's state in the API's names (None: the executor keeps no state)."""
+    st = ex.get("state")
+    if not isinstance(st, Mapping) or st.get("stateful") is False:
+        return None
+    committed = _num(checkpoint, "committed") if checkpoint is not None else None
+    return {
+        "committedEpoch": None if committed is None else int(committed),
+        "checkpointEpoch": st.get("epoch"),
+        "keys": st.get("keys"),
+        "lastCheckpointBytes": st.get("last_checkpoint_bytes"),
+        "checkpointP50Ms": _num(st, "checkpoint_p50_ms"),
+        "checkpointP99Ms": _num(st, "checkpoint_p99_ms"),
+        "checkpoints": st.get("checkpoints"),
+        "restores": st.get("restores"),
+        "rollbacks": st.get("rollbacks"),
+    }
+
+
+def _component_state(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Return a component's state over its executors (None: no executor reports state)."""
+    states = [(r["state"], r["_state"]) for r in rows if r["state"] is not None]
+    if not states:
+        return None
+    hists = [_latency_buckets({"latency_buckets": raw.get("checkpoint_buckets")}) for _, raw in states]
+    if all(h is not None for h in hists):
+        merged = merge_buckets(h for h in hists if h is not None)
+        p50, p99 = _ms(percentile_of(merged, 50)), _ms(percentile_of(merged, 99))
+    elif len(states) == 1:  # an older worker without histograms: one executor's own figures are exact
+        p50, p99 = states[0][0]["checkpointP50Ms"], states[0][0]["checkpointP99Ms"]
+    else:  # percentiles cannot be combined without the histograms
+        p50 = p99 = None
+
+    def field(key: str) -> list[float | None]:
+        return [_number(st[key]) for st, _ in states]
+
+    return {
+        "executors": len(states),
+        "committedEpoch": _min_or_none(field("committedEpoch")),
+        "checkpointEpoch": _min_or_none(field("checkpointEpoch")),
+        "keys": _sum_or_none(field("keys")),
+        "lastCheckpointBytes": _sum_or_none(field("lastCheckpointBytes")),
+        "checkpointP50Ms": p50,
+        "checkpointP99Ms": p99,
+        "checkpoints": _sum_or_none(field("checkpoints")),
+        "restores": _sum_or_none(field("restores")),
+        "rollbacks": None if (m := _max_or_none(field("rollbacks"))) is None else int(m),
+    }
+
+
+def _checkpoints(reading: TopologyReading, now: float) -> list[dict[str, Any]] | None:
+    """Each worker's checkpoint view; [] for a stateless topology, None when no worker reports the key."""
+    reported = False
+    out = []
+    for w in reading.workers:
+        if w.health is None or "checkpoint" not in w.health:
+            continue
+        reported = True
+        cp = _checkpoint_of(w)
+        if cp is None:
+            continue
+        last_commit = _num(cp, "last_commit_at")
+        age = _num(cp, "last_group_age_s")
+        reasons = cp.get("reasons")
+        out.append(
+            {
+                "worker": w.ref.id,
+                "host": w.ref.host,
+                "port": w.ref.port,
+                "provider": cp.get("provider"),
+                "epoch": cp.get("epoch"),
+                "committed": cp.get("committed"),
+                "generation": cp.get("generation"),
+                "dirty": cp.get("dirty"),
+                "reasons": [str(r) for r in reasons] if isinstance(reasons, list) else None,
+                "replaying": cp.get("replaying"),
+                "rollbacks": cp.get("rollbacks"),
+                "replayedRecords": cp.get("replayed_records"),
+                "committedEpochs": cp.get("committed_epochs"),
+                "loggedGroups": cp.get("logged_groups"),
+                "lastGroupAgeSecs": None if age is None else round(age, 1),
+                "lastCommitTime": last_commit,
+                "lastCommitLapsedSecs": None if last_commit is None else round(max(0.0, now - last_commit), 1),
+            }
+        )
+    return out if reported else None
+
+
 def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[float, float]]) -> list[dict[str, Any]]:
     rows = []
     for w in reading.workers:
         if w.health is None:
             continue
+        checkpoint = _checkpoint_of(w)
         for name, ex in (w.health.get("executors") or {}).items():
             tasks = ex.get("tasks") or {}
             q = ex.get("queue") or {}
@@ -372,7 +488,9 @@ def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[f
                     },
                     "backpressure": q.get("backpressure"),
                     "uptimeSeconds": _worker_uptime(w),
+                    "state": _executor_state(ex, checkpoint),
                     "_tasks": tasks,
+                    "_state": ex.get("state") or {},
                 }
             )
     return rows
@@ -485,6 +603,7 @@ def _components(
                 "errorPort": last["errorPort"] if last else None,
                 "errorTime": last["errorTime"] if last else None,
                 "errorLapsedSecs": last["errorLapsedSecs"] if last else None,
+                "state": _component_state(rows),
             }
         )
     return out
@@ -503,6 +622,8 @@ def topology_detail(
     components = _components(reading, executors, errors)
     spouts = [dict(c, spoutId=c["componentId"]) for c in components if c["type"] == "source"]
     bolts = [dict(c, boltId=c["componentId"]) for c in components if c["type"] != "source"]
+    checkpoints = _checkpoints(reading, snap.time)
+    committed = [_number(c["committed"]) for c in checkpoints or ()]
     return {
         **_topology_row(reading),
         "sampledAt": snap.time,
@@ -533,6 +654,8 @@ def topology_detail(
         "workers": [_worker_row(reading, w, snap.time) for w in reading.workers],
         "errors": errors,
         "writers": _writers(reading),
+        "checkpoints": checkpoints,
+        "committedEpoch": _min_or_none(committed),
     }
 
 

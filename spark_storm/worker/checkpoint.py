@@ -135,8 +135,9 @@ class ExecutorCheckpoints:
             self.stores[task] = store
             self._keys_since_full[task] = 0
             self.done[task] = epoch
-            self.restores += 1
-            self._manager.note_restored(task, epoch, bool(data) or bool(store.epochs()))
+            had_state = bool(data) or bool(store.epochs())
+            self.restores += had_state  # a task that came back from a checkpoint, not a first start
+            self._manager.note_restored(task, epoch, had_state)
             bolt.init_state(state)
             bolt._state_restored(state)
         self.restored.set()
@@ -264,6 +265,7 @@ class ExecutorCheckpoints:
             "last_checkpoint_bytes": sum(self.last_bytes.values()),
             "checkpoint_p50_ms": None if p50 is None else round(p50 * 1000, 3),
             "checkpoint_p99_ms": None if p99 is None else round(p99 * 1000, 3),
+            "checkpoint_buckets": self.durations.buckets(),  # readers merge executors' p99 from these
             "checkpoints": self.durations.total,
             "restores": self.restores,
             "rollbacks": self.rollbacks,

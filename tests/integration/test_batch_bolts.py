@@ -47,6 +47,8 @@ def test_columnar_wordcount_counts_exactly_over_two_workers(tmp: Path) -> None:
 
     spec = yaml.safe_load((ROOT / "conf" / "topologies" / "wordcount-arrow.yaml").read_text())
     spec["name"] = "in-wordcount"  # the Run helper feeds component "in"
+    # count keeps checkpointed state: in this test's own dir, not the host's shared default (other runs' counts)
+    spec.setdefault("conf", {})["topology.state.provider.config"] = {"dir": str(tmp / "state")}
     for comp in spec["components"]:
         if comp["id"] == "sentences":
             comp["id"] = "in"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import wait_until
-from tests.integration.ui_support import UICluster, pipeline
+from tests.integration.ui_support import LedgerUI, UICluster, pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -134,3 +134,110 @@ def test_topology_page_counts_chart_and_deactivate_activate(ui_cluster: UICluste
     shot = ARTIFACTS / "topology-page.png"
     assert browser.save_screenshot(str(shot))
     print(f"\nscreenshot of the topology page: {shot}")
+
+
+_READ_STATE = """
+const card = document.getElementById('state-card');
+const stats = {};
+for (const s of document.querySelectorAll('#state-stats [data-stat]')) stats[s.dataset.stat] = s.querySelector('.value').textContent;
+const executors = {};
+for (const row of document.querySelectorAll('#state-executors tbody tr[data-executor]')) {
+  const cells = {};
+  for (const td of row.querySelectorAll('td[data-field]')) cells[td.dataset.field] = td.textContent;
+  executors[row.dataset.executor] = cells;
+}
+return {hidden: card.hidden, stats, executors};
+"""
+
+_READ_CHECKPOINTS = """
+const out = {};
+for (const row of document.querySelectorAll('#checkpoints tbody tr[data-worker]')) {
+  const cells = {};
+  for (const td of row.querySelectorAll('td[data-field]')) cells[td.dataset.field] = td.textContent;
+  out[row.dataset.worker] = cells;
+}
+const comps = {};
+for (const row of document.querySelectorAll('#state tbody tr[data-component]')) {
+  const cells = {};
+  for (const td of row.querySelectorAll('td[data-field]')) cells[td.dataset.field] = td.textContent;
+  comps[row.dataset.component] = cells;
+}
+return {workers: out, components: comps, hidden: document.getElementById('state-card').hidden};
+"""
+
+
+def _shown(field: str, value: Any) -> str:
+    """A state figure as the page formats it (app.js: fmt.int, fmt.ms, fmt.size)."""
+    if value is None:
+        return "\u2014"
+    if field.endswith("Ms"):
+        return f"{value:.3f}"
+    if field == "lastCheckpointBytes":
+        return (
+            f"{value} B"
+            if value < 1024
+            else f"{value / 1024:.1f} KiB"
+            if value < 1048576
+            else f"{value / 1048576:.1f} MiB"
+        )
+    return f"{value:,}"
+
+
+def test_component_page_shows_the_state_and_the_topology_page_the_checkpoints(tmp: Path, browser: Any) -> None:
+    with LedgerUI(tmp) as run:
+        plan = run.cluster.plan
+        for batch in range(2):
+            run.feed_and_commit(batch)
+        victim = next(
+            s for s in run.cluster.slots if any(plan.task_slot[t] == s for t in plan.component_tasks["ledger"])
+        )
+        run.cluster.kill(victim)  # its tasks restore at the restart, and the next commit rolls everyone back
+        run.cluster.start_worker(victim)
+        run.cluster.wait_running(60, [victim])
+        run.feed_and_commit(2)
+        rest = run.wait_state(lambda s: s["committedEpoch"] == 3 and s["rollbacks"] >= 1, "epoch 3 committed")
+        assert rest["restores"] > 0
+        assert rest["checkpointP99Ms"] is not None
+
+        browser.get(f"{run.base}/component.html?topology=ledger&id=ledger")
+        want = {k: _shown(k, v) for k, v in rest.items() if k != "executors"}
+        wait_until(
+            lambda: browser.execute_script(_READ_STATE)["stats"] == want,
+            what=f"the component page to show the REST API's state {want}",
+            timeout=20,
+        )
+        page = browser.execute_script(_READ_STATE)
+        assert page["hidden"] is False
+        executors = {x["id"]: x for x in run.ledger()["executorStats"]}
+        assert set(page["executors"]) == set(executors)
+        for eid, cells in page["executors"].items():
+            st = executors[eid]["state"]
+            assert cells == {"id": eid, "worker": executors[eid]["worker"], **{k: _shown(k, v) for k, v in st.items()}}
+
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "component-state.png"))
+
+        # The topology page: the stateful component's row, and each worker's view of the protocol.
+        browser.get(f"{run.base}/topology.html?id=ledger")
+        topo = run.get("topology/ledger")
+        wait_until(
+            lambda: len(browser.execute_script(_READ_CHECKPOINTS)["workers"]) == 2,
+            what="the workers' checkpoint rows",
+            timeout=20,
+        )
+        shown = browser.execute_script(_READ_CHECKPOINTS)
+        assert shown["hidden"] is False
+        assert set(shown["components"]) == {"ledger"}  # in and mid keep no state
+        assert shown["components"]["ledger"]["committedEpoch"] == "3"
+        assert shown["components"]["ledger"]["rollbacks"] == str(rest["rollbacks"])
+        for row in topo["checkpoints"]:
+            cells = shown["workers"][row["worker"]]
+            assert (cells["epoch"], cells["committed"], cells["generation"]) == (
+                str(row["epoch"]),
+                str(row["committed"]),
+                str(row["generation"]),
+            )
+            assert cells["dirty"].startswith("clean")
+            assert cells["rollbacks"] == str(row["rollbacks"])
+            assert cells["replayedRecords"] == f"{row['replayedRecords']:,}"
+        assert browser.save_screenshot(str(ARTIFACTS / "topology-state.png"))

@@ -16,7 +16,8 @@ import yaml
 
 from spark_storm.latency import merge_buckets, percentile_of
 from tests.helpers import wait_until
-from tests.integration.ui_support import UICluster, pipeline
+from tests.integration.ui_support import LedgerUI, UICluster, pipeline
+from tests.support.ledger import expected, ledger_state
 
 pytestmark = pytest.mark.integration
 
@@ -249,3 +250,126 @@ def test_ui_command_finds_a_local_clusters_workers(ui_cluster: UICluster) -> Non
     )
     assert bad.returncode == 2
     assert "is not a directory" in bad.stderr
+
+
+def _state_per_the_workers(run: LedgerUI) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The ledger's state summed as the UI should, and each worker's checkpoint view: read from every /health."""
+    executors, checkpoints = [], {}
+    for slot in run.cluster.slots:
+        health: Any = run.cluster.health(slot)  # read as JSON: every key is there (this version wrote it)
+        checkpoints[str(slot)] = health["checkpoint"]
+        executors += [
+            (ex["state"], health["checkpoint"]) for ex in health["executors"].values() if ex["component"] == "ledger"
+        ]
+    merged = merge_buckets(st["checkpoint_buckets"] for st, _ in executors)
+    p50, p99 = percentile_of(merged, 50), percentile_of(merged, 99)
+    state = {
+        "executors": len(executors),
+        "committedEpoch": min(cp["committed"] for _, cp in executors),
+        "checkpointEpoch": min(st["epoch"] for st, _ in executors),
+        "keys": sum(st["keys"] for st, _ in executors),
+        "lastCheckpointBytes": sum(st["last_checkpoint_bytes"] for st, _ in executors),
+        "checkpointP50Ms": None if p50 is None else round(p50 * 1000, 3),
+        "checkpointP99Ms": None if p99 is None else round(p99 * 1000, 3),
+        "checkpoints": sum(st["checkpoints"] for st, _ in executors),
+        "restores": sum(st["restores"] for st, _ in executors),
+        "rollbacks": max(st["rollbacks"] for st, _ in executors),
+    }
+    return state, checkpoints
+
+
+def _assert_checkpoint_rows(run: LedgerUI, views: dict[str, dict[str, Any]]) -> None:
+    topo = run.get("topology/ledger")
+    rows = {r["worker"]: r for r in topo["checkpoints"]}
+    assert set(rows) == set(views)
+    for worker, cp in views.items():
+        row = rows[worker]
+        assert (row["epoch"], row["committed"], row["generation"], row["dirty"]) == (
+            cp["epoch"],
+            cp["committed"],
+            cp["generation"],
+            cp["dirty"],
+        ), worker
+        assert (row["rollbacks"], row["replayedRecords"], row["committedEpochs"], row["provider"]) == (
+            cp["rollbacks"],
+            cp["replayed_records"],
+            cp["committed_epochs"],
+            cp["provider"],
+        ), worker
+        assert row["reasons"] == cp["reasons"]
+    assert topo["committedEpoch"] == min(cp["committed"] for cp in views.values())
+
+
+def test_a_stateful_components_state_through_commits_a_sigkill_and_a_rollback(tmp: Path) -> None:
+    with LedgerUI(tmp) as run:
+        plan = run.cluster.plan
+        st = run.wait_state(lambda s: s["executors"] == 2, "the ledger's two executors to report state")
+        assert st == {
+            "executors": 2,
+            "committedEpoch": 0,
+            "checkpointEpoch": 0,
+            "keys": 0,
+            "lastCheckpointBytes": 0,
+            "checkpointP50Ms": None,  # no checkpoint yet: unknown, not zero
+            "checkpointP99Ms": None,
+            "checkpoints": 0,
+            "restores": 0,  # a first start restores nothing
+            "rollbacks": 0,
+        }
+        topo = run.get("topology/ledger")
+        comps = {c["componentId"]: c for c in topo["spouts"] + topo["bolts"]}
+        assert (comps["in"]["state"], comps["mid"]["state"]) == (None, None)  # stateless components
+        assert comps["ledger"]["state"] == st
+        assert [x["state"] is not None for x in topo["executorStats"] if x["component"] == "ledger"] == [True, True]
+        assert {r["worker"] for r in topo["checkpoints"]} == {str(s) for s in run.cluster.slots}
+        assert all(r["dirty"] is False and r["generation"] == 0 for r in topo["checkpoints"])
+
+        for batch in range(2):
+            assert run.feed_and_commit(batch).rolled_back_to is None
+        # 4 ledger tasks wrote epochs 1 and 2: 8 task checkpoints, every key of the two batches in state
+        st = run.wait_state(lambda s: (s["committedEpoch"], s["checkpoints"]) == (2, 8), "epoch 2 committed")
+        truth, views = _state_per_the_workers(run)
+        assert st == truth
+        assert (st["checkpointEpoch"], st["keys"]) == (2, len(expected(run.batches)))
+        assert st["lastCheckpointBytes"] > 0
+        assert 0 < st["checkpointP50Ms"] <= st["checkpointP99Ms"]
+        _assert_checkpoint_rows(run, views)
+
+        # SIGKILL a worker with ledger tasks and restart it: they restore epoch 2; the next commit rolls back
+        tasks = plan.component_tasks["ledger"]
+        victim = next(s for s in run.cluster.slots if any(plan.task_slot[t] == s for t in tasks))
+        restored = [t for t in tasks if plan.task_slot[t] == victim]
+        run.cluster.kill(victim)
+        run.cluster.start_worker(victim)
+        run.cluster.wait_running(60, [victim])
+
+        def victim_row() -> dict[str, Any]:
+            rows: dict[str, dict[str, Any]] = {r["worker"]: r for r in run.get("topology/ledger")["checkpoints"]}
+            return rows.get(str(victim), {})
+
+        wait_until(lambda: victim_row().get("dirty") is True, what="the restarted worker shown dirty")
+        reasons = victim_row()["reasons"]
+        assert {f"task {t} restored epoch 2 at start" for t in restored} <= set(reasons), reasons
+        result = run.feed_and_commit(2)
+        assert result.rolled_back_to == 2
+        st = run.wait_state(
+            lambda s: s["committedEpoch"] == 3 and s["restores"] == len(restored) and s["rollbacks"] >= 1,
+            "epoch 3 committed after the restarted tasks restored and everyone rolled back",
+        )
+        truth, views = _state_per_the_workers(run)
+        assert st == truth
+        assert st["keys"] == len(expected(run.batches))
+        _assert_checkpoint_rows(run, views)
+        assert all(cp["rollbacks"] >= 1 and not cp["dirty"] for cp in views.values())
+        # the component page carries the same figures, per executor too
+        comp = run.ledger()
+        assert sum(x["state"]["keys"] for x in comp["executorStats"]) == st["keys"]
+        assert {x["id"]: x["state"]["restores"] for x in comp["executorStats"]} == {
+            x["id"]: x["tasks"] if x["worker"] == str(victim) else 0 for x in comp["executorStats"]
+        }
+        assert ledger_state(tmp / "state", "ledger", plan) == expected(run.batches)  # and the state is exact
+        print(
+            f"rollbacks {st['rollbacks']} (attempts {result.attempts}), restores {st['restores']}, "
+            f"replayed records {sum(cp['replayed_records'] for cp in views.values())}, "
+            f"checkpoint p50/p99 {st['checkpointP50Ms']}/{st['checkpointP99Ms']} ms"
+        )

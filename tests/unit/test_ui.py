@@ -192,6 +192,100 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
     assert (comp["rate"], comp["capacity"]) == (150.0, "0.250")  # 300 in 2 s, busy 500 ms of 2 s
 
 
+def _state(epoch: int, keys: int, rollbacks: int, restores: int, buckets: list[list[float]] | None) -> dict[str, Any]:
+    st: dict[str, Any] = {
+        "stateful": True,
+        "keys": keys,
+        "last_checkpoint_bytes": 10 * keys,
+        "checkpoint_p50_ms": 1.0,
+        "checkpoint_p99_ms": 99.0,
+        "checkpoints": int(sum(c for _, c in buckets or [])),
+        "restores": restores,
+        "rollbacks": rollbacks,
+        "epoch": epoch,
+    }
+    if buckets is not None:
+        st["checkpoint_buckets"] = buckets
+    return st
+
+
+def _stateful(port: int, committed: int, state: dict[str, Any]) -> dict[str, Any]:
+    health = _health(worker=f"127.0.0.1:{port}")
+    health["executors"]["split[1-2]"]["state"] = state
+    health["checkpoint"] = {
+        "worker": f"127.0.0.1:{port}",
+        "stateful": True,
+        "epoch": committed + 1,
+        "committed": committed,
+        "generation": 2,
+        "dirty": True,
+        "reasons": ["task 1 restored epoch 4 at start"],
+        "replaying": False,
+        "last_group_age_s": 0.54,
+        "rollbacks": 1,
+        "replayed_records": 12,
+        "committed_epochs": 3,
+        "logged_groups": 9,
+        "provider": "memory",
+        "last_commit_at": None,
+    }
+    return health
+
+
+def test_a_stateful_components_figures_are_merged_over_its_executors() -> None:
+    # executor A: 99 checkpoints of 1 ms; B: one of 1 s. Merged, the p99 is 1 ms: the slowest
+    # executor's own p99 (1 s) is not the component's.
+    a = _stateful(6700, 5, _state(6, 30, rollbacks=2, restores=0, buckets=[[1e-3, 99]]))
+    b = _stateful(6701, 4, _state(5, 12, rollbacks=1, restores=2, buckets=[[1.0, 1]]))
+    reading = _reading(a, b)
+    detail = views.topology_detail(_snap(reading), reading, [], 5)
+    (comp,) = detail["bolts"]
+    assert comp["state"] == {
+        "executors": 2,
+        "committedEpoch": 4,  # the lowest of its workers: every task is committed through it
+        "checkpointEpoch": 5,
+        "keys": 42,
+        "lastCheckpointBytes": 420,
+        "checkpointP50Ms": 1.0,
+        "checkpointP99Ms": 1.0,
+        "checkpoints": 100,
+        "restores": 2,  # tasks that came back from a checkpoint: summed
+        "rollbacks": 2,  # one rollback rolls every executor back: the most any went through, not a sum
+    }
+    assert detail["committedEpoch"] == 4
+    assert [r["worker"] for r in detail["checkpoints"]] == ["127.0.0.1:6700", "127.0.0.1:6701"]
+    row = detail["checkpoints"][0]
+    assert (row["dirty"], row["reasons"], row["generation"], row["replayedRecords"]) == (
+        True,
+        ["task 1 restored epoch 4 at start"],
+        2,
+        12,
+    )
+    assert (row["lastGroupAgeSecs"], row["lastCommitTime"], row["lastCommitLapsedSecs"]) == (0.5, None, None)
+    # workers without histograms (another version): one executor's own percentiles are exact, two cannot be merged
+    for h in (a, b):
+        del h["executors"]["split[1-2]"]["state"]["checkpoint_buckets"]
+    (comp,) = views.topology_detail(_snap(_reading(a)), _reading(a), [], 5)["bolts"]
+    assert (comp["state"]["checkpointP50Ms"], comp["state"]["checkpointP99Ms"]) == (1.0, 99.0)
+    (comp,) = views.topology_detail(_snap(reading), reading, [], 5)["bolts"]
+    assert (comp["state"]["checkpointP50Ms"], comp["state"]["checkpointP99Ms"]) == (None, None)
+    # a worker without a checkpoint view leaves the committed epoch unknown
+    del b["checkpoint"]
+    detail = views.topology_detail(_snap(reading), reading, [], 5)
+    assert detail["bolts"][0]["state"]["committedEpoch"] is None
+    assert len(detail["checkpoints"]) == 1
+
+
+def test_a_stateless_topology_has_no_state_and_an_empty_checkpoint_list() -> None:
+    reading = _reading(_health(checkpoint=None))
+    detail = views.topology_detail(_snap(reading), reading, [], 5)
+    assert (detail["bolts"][0]["state"], detail["checkpoints"], detail["committedEpoch"]) == (None, [], None)
+    assert detail["executorStats"][0]["state"] is None
+    reading = _reading(_health())  # a worker that does not report the key at all
+    detail = views.topology_detail(_snap(reading), reading, [], 5)
+    assert (detail["checkpoints"], detail["committedEpoch"]) == (None, None)
+
+
 @pytest.mark.parametrize(
     ("flags", "recorded", "want"),
     [

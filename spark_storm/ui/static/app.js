@@ -28,6 +28,12 @@ const fmt = {
   str: (v) => (v === null || v === undefined || v === "" ? DASH : String(v)),
   ms: (v) => (v === null || v === undefined ? DASH : `${Number(v).toFixed(3)}`),
   bytes: (v) => (v === null || v === undefined ? DASH : `${(v / 1048576).toFixed(1)} MiB`),
+  size: (v) => {
+    if (v === null || v === undefined) return DASH;
+    if (v < 1024) return `${v} B`;
+    if (v < 1048576) return `${(v / 1024).toFixed(1)} KiB`;
+    return `${(v / 1048576).toFixed(1)} MiB`;
+  },
   time: (t) => (t === null || t === undefined ? DASH : new Date(t * 1000).toLocaleTimeString("en-GB")),
   secsAgo: (s) => (s === null || s === undefined ? DASH : `${s}s ago`),
 };
@@ -287,6 +293,7 @@ async function refreshTopology() {
       ...assignment,
       ["Executors", fmt.int(topo.executorsTotal)],
       ["Tasks", fmt.int(topo.tasksTotal)],
+      ...(topo.committedEpoch === null || topo.committedEpoch === undefined ? [] : [["Committed epoch", fmt.int(topo.committedEpoch)]]),
       ["Emitted", fmt.int(totals.emitted)],
       ["Acked", fmt.int(totals.acked)],
       ["Failed", fmt.int(totals.failed)],
@@ -396,10 +403,75 @@ async function refreshTopology() {
       9,
     );
   }
+  drawState(topo, components);
   drawCharts(history);
   document.getElementById("components").setAttribute("data-sampled-at", String(topo.sampledAt));
   setUpdated(true, topo.sampledAt);
   return topo.sampleIntervalMs;
+}
+
+// The cells of a component's (or an executor's) state, in the same order on both pages.
+function stateCells(st) {
+  return [
+    cell("committedEpoch", fmt.int(st.committedEpoch), "num"),
+    cell("checkpointEpoch", fmt.int(st.checkpointEpoch), "num"),
+    cell("keys", fmt.int(st.keys), "num"),
+    el("td", { class: "num", "data-field": "lastCheckpointBytes", title: st.lastCheckpointBytes === null ? "" : `${st.lastCheckpointBytes} bytes` }, fmt.size(st.lastCheckpointBytes)),
+    cell("checkpointP50Ms", fmt.ms(st.checkpointP50Ms), "num"),
+    cell("checkpointP99Ms", fmt.ms(st.checkpointP99Ms), "num"),
+    cell("checkpoints", fmt.int(st.checkpoints), "num"),
+    cell("restores", fmt.int(st.restores), "num"),
+    cell("rollbacks", fmt.int(st.rollbacks), st.rollbacks ? "num warm" : "num"),
+  ];
+}
+
+function drawState(topo, components) {
+  const card = document.getElementById("state-card");
+  const stateful = components.filter((c) => c.state);
+  const workers = topo.checkpoints || [];
+  card.hidden = !stateful.length && !workers.length;
+  if (card.hidden) return;
+  fillTable(
+    document.querySelector("#state tbody"),
+    stateful.map((c) =>
+      el(
+        "tr",
+        { "data-component": c.componentId },
+        el("td", {}, el("a", { href: `component.html?topology=${encodeURIComponent(topo.id)}&id=${c.encodedId}` }, c.componentId)),
+        ...stateCells(c.state),
+      ),
+    ),
+    "no stateful component reported by a reachable worker",
+    10,
+  );
+  fillTable(
+    document.querySelector("#checkpoints tbody"),
+    workers.map((w) =>
+      el(
+        "tr",
+        { "data-worker": w.worker },
+        cell("worker", w.worker),
+        cell("provider", fmt.str(w.provider), "wrap"),
+        cell("epoch", fmt.int(w.epoch), "num"),
+        cell("committed", fmt.int(w.committed), "num"),
+        cell("generation", fmt.int(w.generation), "num"),
+        el(
+          "td",
+          { "data-field": "dirty", title: (w.reasons || []).join("\n") },
+          w.dirty ? badge("dirty") : w.dirty === false ? badge("clean") : DASH,
+          w.dirty && w.reasons && w.reasons.length ? el("span", { class: "reasons" }, ` ${w.reasons.join("; ")}`) : null,
+          w.replaying ? el("span", { class: "tag" }, "replaying") : null,
+        ),
+        cell("rollbacks", fmt.int(w.rollbacks), w.rollbacks ? "num warm" : "num"),
+        cell("replayedRecords", fmt.int(w.replayedRecords), "num"),
+        cell("committedEpochs", fmt.int(w.committedEpochs), "num"),
+        cell("lastCommit", w.lastCommitLapsedSecs === null ? DASH : fmt.secsAgo(Math.round(w.lastCommitLapsedSecs)), "num"),
+      ),
+    ),
+    topo.checkpoints === null ? DASH : "no worker reports checkpoints",
+    10,
+  );
+  document.getElementById("state-note").textContent = topo.checkpoints === null ? "The workers do not report their checkpoint view." : "";
 }
 
 function setupActions() {
@@ -474,6 +546,32 @@ async function refreshComponent() {
       ["Capacity", fmt.str(c.capacity)],
     ].map(([label, value]) => el("div", { class: "stat" }, el("div", { class: "label" }, label), el("div", { class: "value" }, value))),
   );
+  const st = c.state;
+  const stateCard = document.getElementById("state-card");
+  stateCard.hidden = !st;
+  if (st) {
+    document.getElementById("state-stats").replaceChildren(
+      ...[
+        ["Committed epoch", "committedEpoch", fmt.int(st.committedEpoch)],
+        ["Written epoch", "checkpointEpoch", fmt.int(st.checkpointEpoch)],
+        ["Keys", "keys", fmt.int(st.keys)],
+        ["Last checkpoint", "lastCheckpointBytes", fmt.size(st.lastCheckpointBytes)],
+        ["Checkpoint p50 ms", "checkpointP50Ms", fmt.ms(st.checkpointP50Ms)],
+        ["Checkpoint p99 ms", "checkpointP99Ms", fmt.ms(st.checkpointP99Ms)],
+        ["Checkpoints", "checkpoints", fmt.int(st.checkpoints)],
+        ["Restores", "restores", fmt.int(st.restores)],
+        ["Rollbacks", "rollbacks", fmt.int(st.rollbacks)],
+      ].map(([label, field, value]) =>
+        el("div", { class: "stat", "data-stat": field }, el("div", { class: "label" }, label), el("div", { class: "value" }, value)),
+      ),
+    );
+    fillTable(
+      document.querySelector("#state-executors tbody"),
+      c.executorStats.filter((x) => x.state).map((x) => el("tr", { "data-executor": x.id }, cell("id", x.id), cell("worker", x.worker), ...stateCells(x.state))),
+      "no executor reports state",
+      11,
+    );
+  }
   fillTable(
     document.querySelector("#tasks tbody"),
     c.taskStats.map((t) =>
