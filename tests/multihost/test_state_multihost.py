@@ -42,9 +42,9 @@ def redis_url(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "import sys; from spark_storm.tools.redis_server import RedisServer; "
         "print(RedisServer(sys.argv[1]).start(host=sys.argv[2], port=int(sys.argv[3])))"
     )
+    command = ["ip", "netns", "exec", network.ns["ctl"], sys.executable, "-c", code]
     out = subprocess.run(
-        ["ip", "netns", "exec", network.ns["ctl"], sys.executable, "-c", code]
-        + [str(directory), network.addr["ctl"], str(REDIS_PORT)],
+        [*command, str(directory), network.addr["ctl"], str(REDIS_PORT)],
         capture_output=True,
         text=True,
         timeout=60,
