@@ -57,6 +57,11 @@ def _checkpoint(state: ClusterState, name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _accepted(state: ClusterState, name: str) -> int:
+    """Rows the workers' source tasks accepted from Spark so far."""
+    return sum(int(health(state, name, slot)["counters"]["source_tuples_in"]) for slot in state.read_heartbeats(name))
+
+
 def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
     spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
 ) -> None:
@@ -66,7 +71,10 @@ def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
         write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
     # 3 source tasks: the rebalance moves one of them, and both ledger executors, to other workers
     topo = ledger_topology(
-        tmp_path, name=name, sources=3, conf={"ledger.delay.s": 0.003, "topology.message.timeout.secs": 30}
+        tmp_path,
+        name=name,
+        sources=3,
+        conf={"ledger.delay.s": 0.01, "topology.message.timeout.secs": 30},  # a batch: ~1 s at the ledger
     )
     daemons.nimbus()
     daemons.supervisor(ports(3)).wait_for("offering")
@@ -90,6 +98,8 @@ def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
             what="three micro-batches committed",
             timeout=180,
         )
+        before = _accepted(state, name)
+        wait_until(lambda: _accepted(state, name) > before, what="the next micro-batch under way", timeout=60)
         assert cli("rebalance", name, "--workers", "3", "--zookeeper", zk, *sets(CLUSTER_FAST)).returncode == 0
         running_workers(daemons, state, name, 3)
         rebalanced_at = max(c.get("committed", 0) for c in _checkpoint(state, name).values())
@@ -110,6 +120,7 @@ def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
         f"{rollbacks} rollback(s), {replayed} input-log records replayed"
     )
     assert final > rebalanced_at, "the stream ended before the rebalance took effect"
+    assert rollbacks >= 1  # executors moved: their uncommitted effects were rolled back and replayed
     topology = state.read_topology(name).topology()
     the_plan = plan(topology, assignment.slots)
     got = ledger_state(tmp_path / "state", name, the_plan)
