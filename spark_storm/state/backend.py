@@ -151,6 +151,10 @@ class TaskStore(abc.ABC):
         """Epochs with an entry, ascending (committed or only written)."""
 
     @abc.abstractmethod
+    def fulls(self) -> list[int]:
+        """Epochs whose entry is a full snapshot, ascending."""
+
+    @abc.abstractmethod
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         """Store epoch ``epoch``'s entry durably; return its size in bytes."""
 
@@ -215,11 +219,9 @@ class TaskStore(abc.ABC):
     def commit(self, epoch: int) -> None:
         """Mark ``epoch`` committed and drop what the last snapshot at or before it covers."""
         self.mark_committed(epoch)
-        epochs = [e for e in self.epochs() if e <= epoch]
-        for candidate in reversed(epochs):
-            if self.read(candidate).full:
-                self.delete([e for e in epochs if e < candidate])
-                break
+        fulls = [e for e in self.fulls() if e <= epoch]
+        if fulls:
+            self.delete([e for e in self.epochs() if e < fulls[-1]])
 
     def describe(self) -> str:
         """Where this task's entries live, for messages."""

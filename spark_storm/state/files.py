@@ -125,6 +125,9 @@ class FileTaskStore(TaskStore):
     def epochs(self) -> list[int]:
         return sorted(self._entries())
 
+    def fulls(self) -> list[int]:
+        return sorted(e for e, p in self._entries().items() if p.name.endswith(".full"))
+
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
         for stale in [p for e, p in self._entries().items() if e == epoch]:  # a rewrite after a rollback

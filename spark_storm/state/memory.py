@@ -7,6 +7,7 @@ dies loses its tasks' state, and a task that moves to another process starts emp
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,7 +33,9 @@ class _MemoryTaskStore(TaskStore):
     def __init__(self, task: int) -> None:
         super().__init__(task)
         self._entries: dict[int, bytes] = {}
+        self._fulls: set[int] = set()
         self._committed = NO_EPOCH
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"task {self.task} in memory"
@@ -41,11 +44,21 @@ class _MemoryTaskStore(TaskStore):
         return self._committed
 
     def epochs(self) -> list[int]:
-        return sorted(self._entries)
+        with self._lock:
+            return sorted(self._entries)
+
+    def fulls(self) -> list[int]:
+        with self._lock:
+            return sorted(self._fulls)
 
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
-        self._entries[epoch] = data
+        with self._lock:
+            self._entries[epoch] = data
+            if full:
+                self._fulls.add(epoch)
+            else:
+                self._fulls.discard(epoch)
         return len(data)
 
     def read(self, epoch: int) -> Entry:
@@ -59,8 +72,10 @@ class _MemoryTaskStore(TaskStore):
         self._committed = epoch
 
     def delete(self, epochs: list[int]) -> None:
-        for epoch in epochs:
-            self._entries.pop(epoch, None)
+        with self._lock:
+            for epoch in epochs:
+                self._entries.pop(epoch, None)
+                self._fulls.discard(epoch)
 
 
 class _MemoryInputLog(InputLog):

@@ -106,6 +106,7 @@ class WorkerStatus:
     last_group_age_s: float | None
     lease_holder: str | None = None
     lease_age_s: float | None = None
+    priority_age_s: float | None = None  # since a priority coordinator (a Spark driver) was last heard
 
     @classmethod
     def of(cls, worker: str, body: Mapping[str, Any]) -> WorkerStatus:
@@ -124,6 +125,7 @@ class WorkerStatus:
                 last_group_age_s=None if age is None else float(age),
                 lease_holder=None if body.get("lease_holder") is None else str(body["lease_holder"]),
                 lease_age_s=None if lease_age is None else float(lease_age),
+                priority_age_s=None if body.get("priority_age_s") is None else float(body["priority_age_s"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"worker {worker}: a STATUS answer lacks or mangles {exc}"
@@ -152,6 +154,9 @@ class Coordinator:
     ----------
     identity : str
         This coordinator's name, in every request (the workers' lease).
+    priority : int
+        A worker hands its lease to a coordinator of higher priority at once (a Spark
+        driver's commits, 1, take over from interval checkpoints, 0).
     endpoints : callable
         Returns the current workers by name (``host:port``) -> :class:`Endpoint`; asked
         again for every attempt, so a restarted worker's new connection is used.
@@ -170,8 +175,10 @@ class Coordinator:
         timeout_s: float,
         retries: int,
         request_timeout_s: float = 10.0,
+        priority: int = 1,
     ) -> None:
         self.identity = identity
+        self.priority = priority
         self._endpoints = endpoints
         self._timeout_s = timeout_s
         self._retries = max(1, retries)
@@ -186,7 +193,7 @@ class Coordinator:
         if not endpoints:
             msg = "no workers to checkpoint (the plan names none)"
             raise CheckpointError(msg)
-        data = encode_body({**body, "coordinator": self.identity})
+        data = encode_body({**body, "coordinator": self.identity, "priority": self.priority})
         name = OP_NAMES.get(op, str(op))
 
         def ask(item: tuple[str, Endpoint]) -> tuple[str, dict[str, Any]]:
@@ -292,6 +299,9 @@ class Coordinator:
                     return RoundResult(epoch, rolled, attempt, duration, True)
                 except (TransportError, OSError, CoordinatorBusyError) as exc:  # a worker away, or busy: wait
                     last_error = exc
+                    if isinstance(exc, CoordinatorBusyError) and self.priority == 0:
+                        msg = f"standing aside: {exc}"  # a higher-priority coordinator runs the rounds
+                        raise CheckpointError(msg) from exc
                     if time.monotonic() > deadline:
                         msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
                         raise CheckpointError(msg) from exc

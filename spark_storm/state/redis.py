@@ -83,10 +83,20 @@ class _RedisTaskStore(TaskStore):
         with self._guard():
             return sorted(int(e) for e in self._r.hkeys(self._key + "entries"))
 
+    def fulls(self) -> list[int]:
+        with self._guard():
+            return sorted(int(e) for e in self._r.smembers(self._key + "fulls"))
+
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
         with self._guard():
-            self._r.hset(self._key + "entries", str(epoch), data)
+            pipe = self._r.pipeline()
+            pipe.hset(self._key + "entries", str(epoch), data)
+            if full:
+                pipe.sadd(self._key + "fulls", str(epoch))
+            else:
+                pipe.srem(self._key + "fulls", str(epoch))
+            pipe.execute()
         return len(data)
 
     def read(self, epoch: int) -> Entry:
@@ -109,6 +119,7 @@ class _RedisTaskStore(TaskStore):
         if epochs:
             with self._guard():
                 self._r.hdel(self._key + "entries", *[str(e) for e in epochs])
+                self._r.srem(self._key + "fulls", *[str(e) for e in epochs])
 
 
 class _RedisInputLog(InputLog):

@@ -207,3 +207,23 @@ def test_a_plain_client_gets_storms_interval_checkpoints_exact_through_a_kill(tm
         print(f"interval checkpoints: {first + 2}+ epochs committed, {rollbacks} rollback(s)")
         assert rollbacks >= 1
         assert run.state() == expected(run.batches)
+
+
+def test_checkpoints_and_a_rollback_go_through_full_queues(tmp_path: Path) -> None:
+    """Barriers and a rollback while every queue is full: nothing may wait on a queue while holding the gate."""
+    conf = {
+        "topology.state.checkpoint.interval.ms": 100,
+        "topology.executor.receive.buffer.size": 64,
+        "topology.transfer.buffer.size": 64,
+        "ledger.delay.s": 0.0005,
+    }
+    with Ledger(tmp_path, conf=conf) as run:
+        for batch in range(3):
+            run.feed(batch, 1500)
+        victim = run.with_source()
+        sender = run.kill_mid_batch(victim, 3, 1500)
+        sender.join(180)
+        assert not sender.is_alive()
+        result = run.commit(3)
+        print(f"full queues: epoch {result.epoch}, rollback to {result.rolled_back_to}")
+        assert run.state() == expected(run.batches)
