@@ -4,9 +4,11 @@ Three hosts (network namespaces) run a worker each; Redis runs in ``ctl`` beside
 and nimbus, where every host reaches it.  A Spark stream (``stream_job``) feeds the
 ledger through ZooKeeper at delivery=processed; the host running a source task and a
 stateful executor is cut off, nimbus reassigns its executors to the other hosts, and the
-moved tasks restore their state and replay their input logs from Redis.  Every key's
-committed [count, sum] must equal the answer computed from the files; the test prints the
-rollbacks and replays it took (``pytest -s``).
+moved tasks restore their state and replay their input logs from Redis.  The worker on the
+cut host runs on meanwhile (a zombie, with the default interval checkpoints on); the cut
+then heals while the stream still runs, and the zombie must learn it was replaced and stop
+without touching the state.  Every key's committed [count, sum] must equal the answer
+computed from the files; the test prints the rollbacks and replays it took (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import pytest
 
 from spark_storm.topology import plan
 from spark_storm.topology.model import load_topology
+from tests.cluster.conftest import alive
 from tests.multihost.conftest import Network, NsProcess
-from tests.multihost.test_multihost import ROWS_PER_FILE, Cluster, _recovery, _report
+from tests.multihost.test_multihost import ROWS_PER_FILE, Cluster, _recovery, _report, wait_until
 from tests.spark.conftest import write_json_rows
 from tests.support.ledger import ledger_topology
 
@@ -91,6 +94,7 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
             "topology.state.provider.config": {"url": redis_url},
             "topology.worker.metrics.host": "0.0.0.0",  # the probe in ctl reads each worker's /health
             "storm.messaging.server.ledger.redeliver.after.ms": 3000,
+            "topology.state.checkpoint.interval.ms": 1000,  # the default: the zombie's interval rounds too
         },
     )
     cluster.start()
@@ -101,10 +105,16 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
     cluster.wait_batches(6, timeout=300)  # Spark's start alone takes a minute on a loaded 2-core machine
     # the first slot runs source task 1 and the first ledger executor (plan(): executors round-robin)
     victim = cluster.host_of(sorted(v1["slots"])[0])
+    zombie = int(cluster.ask("heartbeats", name)[sorted(v1["slots"])[0]]["pid"])
     cut_at = time.time()
     network.cut(victim)
     v2 = cluster.running(name, 3, timeout=120, newer_than=v1["version"])
     assert victim not in {cluster.host_of(s) for s in v2["slots"]}
+    # the cut heals while the stream runs: the zombie worker there learns it was replaced and stops
+    seen = sum(1 for b in cluster.batches() if "batch" in b)
+    cluster.wait_batches(seen + 3, timeout=300)
+    network.restore(victim)
+    wait_until(lambda: not alive(zombie), what=f"the zombie worker on {victim} (pid {zombie}) stopping", timeout=120)
     done = cluster.finish(timeout=420)
     checkpoints: dict[str, dict[str, Any]] = cluster.ask("checkpoints", name)
     topology = load_topology(str(path))
