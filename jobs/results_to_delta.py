@@ -13,6 +13,11 @@ of appended twice.
 
 Rows get the record's ``topic``, ``partition`` and ``offset`` too (``--no-source-columns``
 leaves them out), so every result row can be traced to its Kafka record.
+
+``--merge-key FIELD`` (e.g. ``_id``, which ``KafkaExactResultBolt`` gives every record)
+merges instead of appending: a row whose key the table holds already is not written
+again, so records written to Kafka more than once (the at-least-once hand-off after a
+crash) end up in the table once, and the table is exact.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--table", required=True, help="Delta table path to append to")
     parser.add_argument("--app-id", help="Delta txnAppId (default: derived from table and topic; keep it stable)")
     parser.add_argument("--no-source-columns", action="store_true", help="leave out topic/partition/offset")
+    parser.add_argument(
+        "--merge-key", help="a field naming each record (e.g. _id): rows already in the table are skipped"
+    )
     parser.add_argument("--starting-offsets", default="earliest")
     add_job_arguments(parser, storm=False, checkpoint_required=True)
     return parser.parse_args(argv)
@@ -52,6 +60,26 @@ def delta_writer(table: str, app_id: str) -> Any:
             .option("txnAppId", app_id)
             .option("txnVersion", batch_id)
             .save(table)
+        )
+
+    return write
+
+
+def merge_writer(table: str, key: str, app_id: str) -> Any:
+    """Return a foreachBatch function that inserts the rows whose ``key`` the table does not hold yet."""
+
+    def write(batch: Any, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        rows = batch.dropDuplicates([key])
+        if not DeltaTable.isDeltaTable(batch.sparkSession, table):
+            rows.limit(0).write.format("delta").mode("append").save(table)
+        (
+            DeltaTable.forPath(batch.sparkSession, table)
+            .alias("t")
+            .merge(rows.alias("s"), f"t.`{key}` = s.`{key}`")
+            .whenNotMatchedInsertAll()
+            .execute()
         )
 
     return write
@@ -77,7 +105,9 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     columns = [F.col("v.*")] + ([] if args.no_source_columns else [F.col("topic"), F.col("partition"), F.col("offset")])
     writer = (
         parsed.select(*columns)
-        .writeStream.foreachBatch(delta_writer(args.table, app_id))
+        .writeStream.foreachBatch(
+            merge_writer(args.table, args.merge_key, app_id) if args.merge_key else delta_writer(args.table, app_id)
+        )
         .option("checkpointLocation", args.checkpoint)
     )
     return run_query(writer, args.available_now, args.seconds, show_progress)

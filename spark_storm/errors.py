@@ -15,6 +15,8 @@
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
         +-- RequestTimeoutError         request() got no answer in time
+    +-- MultilangError                  a multilang child (ShellBolt/ShellSpout) could not start or failed
+    +-- WindowError                     a windowed bolt's tuple has no usable event time, or its window was misused
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
@@ -41,6 +43,7 @@ __all__ = [
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "MultilangError",
     "NoNimbusError",
     "ReportFormatError",
     "RequestTimeoutError",
@@ -56,6 +59,7 @@ __all__ = [
     "UnknownTopologyError",
     "UnknownTransportError",
     "UnsupportedOperationError",
+    "WindowError",
     "WireFormatError",
     "ZooKeeperUnavailableError",
 ]
@@ -115,6 +119,14 @@ class SendTimeoutError(TransportError):
 
 class RequestTimeoutError(TransportError):
     """A coordination request got no answer within its timeout (the peer is slow, gone, or reconnecting)."""
+
+
+class MultilangError(StormError):
+    """A multilang child process could not start, or failed (exited, hung, wrote garbage); names its command."""
+
+
+class WindowError(StormError):
+    """A windowed bolt: a tuple whose event time is missing or not a time, or a window asked for what it lacks."""
 
 
 class ClusterError(StormError):

@@ -42,6 +42,7 @@ __all__ = [
     "QueueMetrics",
     "StateMetrics",
     "TaskMetrics",
+    "WindowMetrics",
     "WorkerHeartbeat",
     "WorkerMetrics",
     "WriterCounts",
@@ -243,6 +244,17 @@ class QueueMetrics(TypedDict):
     backpressure: bool
 
 
+class WindowMetrics(TypedDict):
+    """A windowed task (or executor, summed): its spec, watermark and counters."""
+
+    spec: str
+    watermark_ms: int | None  # the lowest over the executor's tasks; None before every input sent
+    windows: int  # windows fired (execute_window calls)
+    late: int  # tuples older than the watermark (sent to the late stream, or dropped)
+    bad_times: int  # tuples whose event time was missing or not a time (reported, dropped)
+    held: int  # tuples (or accumulators, or sessions) in open windows
+
+
 class StateMetrics(TypedDict):
     """A stateful executor's state (docs/state.md): its keys, checkpoints, restores and rollbacks."""
 
@@ -267,6 +279,7 @@ class ExecutorMetrics(TypedDict):
     capacity: float
     tasks: dict[str, TaskMetrics]  # task id as text: the same in process and in JSON
     state: StateMetrics | None  # stateful executors only
+    windows: WindowMetrics | None  # windowed executors only
 
 
 class CheckpointMetrics(TypedDict):
@@ -331,6 +344,7 @@ class ComponentInfo(TypedDict):
     """A component of the topology as the worker runs it."""
 
     source: bool
+    spout: bool
     bolt: str
     parallelism: int
     tasks: list[int]

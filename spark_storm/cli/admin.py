@@ -22,7 +22,9 @@ def cluster_command(args: argparse.Namespace) -> int:
 
     with ClusterState(args.zookeeper, command_conf(args)) as state:
         if args.command == "submit":
-            record = admin.submit(state, args.file, args.workers, check_classes=not args.no_class_check)
+            record = admin.submit(
+                state, args.file, args.workers, check_classes=not args.no_class_check, properties=args.filter
+            )
             print(
                 f"submitted topology {record.name} ({record.workers} workers) to {state.address}; "
                 f"`spark-storm list` shows its assignment"
@@ -79,6 +81,10 @@ def plan(args: argparse.Namespace) -> int:
     from spark_storm.topology import load_topology
     from spark_storm.topology import plan as make_plan
 
-    topo = load_topology(args.file)
+    topo = load_topology(args.file, args.filter)
+    if topo.notes:  # a Flux file: what became what
+        print(f"{args.file} is a Flux file; converted:")
+        for note in topo.notes:
+            print(f"  {note}")
     print(make_plan(topo, args.workers).describe() if args.workers else make_plan(topo).describe())
     return 0

@@ -64,15 +64,17 @@ def worker(args: argparse.Namespace) -> int:
     if not args.topology:
         msg = "worker: give --topology FILE (static mode) or --zookeeper ZK --topology-id NAME (cluster mode)"
         raise ConfigError(msg)
-    return run_worker(args.topology, args.host, args.port, args.workers, conf)
+    return run_worker(args.topology, args.host, args.port, args.workers, conf, args.filter)
 
 
-def run_worker(topology_path: str, host: str, port: int, workers: str | None, conf: Config) -> int:
+def run_worker(
+    topology_path: str, host: str, port: int, workers: str | None, conf: Config, properties: str | None = None
+) -> int:
     """Run one worker on a static slot list until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
     from spark_storm.topology import Slot, load_topology, plan
     from spark_storm.worker import Worker
 
-    topo = load_topology(topology_path)
+    topo = load_topology(topology_path, properties)
     p = plan(topo, workers) if workers else plan(topo)
     runner = Worker(p, Slot(host, port), conf)
     runner.tune_process()
@@ -128,7 +130,7 @@ def local_cluster(args: argparse.Namespace) -> int:
     """``spark-storm local-cluster``: N workers on loopback (and the UI) until Ctrl-C or a worker exits."""
     from spark_storm.worker.local_cluster import LocalCluster
 
-    cluster = LocalCluster(args.topology, args.workers, args.conf, overrides(args.set))
+    cluster = LocalCluster(args.topology, args.workers, args.conf, overrides(args.set), properties=args.filter)
     print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")
     ui: UIServer | None = None
 

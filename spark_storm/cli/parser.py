@@ -13,6 +13,8 @@ from spark_storm.transport import TRANSPORT_ALIASES
 
 __all__ = ["build_parser", "main"]
 
+_FILTER_HELP = "Flux files: a properties file whose values replace ${name} (Flux's --filter)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the ``spark-storm`` parser: every command, its flags, and the function that runs it."""
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Static mode: --topology FILE [--workers SLOTS]. Cluster mode (what a supervisor launches): "
         "--zookeeper ZK --topology-id NAME; the plan and status come from ZooKeeper and are followed.",
     )
-    worker.add_argument("--topology", help="topology YAML (static mode)")
+    worker.add_argument("--topology", help="topology YAML or Storm Flux file (static mode)")
+    worker.add_argument("--filter", help=_FILTER_HELP)
     worker.add_argument("--port", type=int, required=True)
     worker.add_argument("--host", default="127.0.0.1", help="this worker's host as the slot list / assignment names it")
     worker.add_argument("--workers", help="static mode: all slots host:port,... (default: the topology's 'workers')")
@@ -55,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
     worker.set_defaults(func=daemons.worker)
     cluster = sub.add_parser("local-cluster", help="run N workers on loopback until Ctrl-C")
-    cluster.add_argument("--topology", required=True, help="topology YAML")
+    cluster.add_argument("--topology", required=True, help="topology YAML or Storm Flux file")
+    cluster.add_argument("--filter", help=_FILTER_HELP)
     cluster.add_argument("--workers", type=int, default=2)
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
@@ -82,7 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     topology = sub.add_parser("topology", help="topology tools")
     tsub = topology.add_subparsers(dest="topology_command", required=True)
     tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")
-    tplan.add_argument("file", help="topology YAML")
+    tplan.add_argument("file", help="topology YAML or Storm Flux file (shows what each Flux component became)")
+    tplan.add_argument("--filter", help=_FILTER_HELP)
     tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
     tplan.set_defaults(func=admin.plan)
     kafka = sub.add_parser("kafka", help="a local KRaft Kafka broker for tests and demos")
@@ -122,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     supervisor.set_defaults(func=daemons.supervisor)
     submit = sub.add_parser("submit", help="submit a topology YAML to the cluster")
     cluster_args(submit)
-    submit.add_argument("file", help="topology YAML")
+    submit.add_argument("file", help="topology YAML or Storm Flux file")
+    submit.add_argument("--filter", help=_FILTER_HELP)
     submit.add_argument("--workers", type=int, help="worker processes (default: topology.workers)")
     submit.add_argument("--no-class-check", action="store_true", help="do not import the bolt classes here first")
     submit.set_defaults(func=admin.cluster_command)

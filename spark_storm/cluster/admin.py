@@ -16,7 +16,14 @@ import yaml
 from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, TopologyRecord, check_topology_name
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ConfigError, NoNimbusError
-from spark_storm.topology.model import Topology, resolve_class, topology_from_dict
+from spark_storm.topology.model import (
+    Topology,
+    is_flux,
+    load_topology,
+    resolve_class,
+    topology_from_dict,
+    topology_to_dict,
+)
 
 __all__ = [
     "TopologySummary",
@@ -81,7 +88,12 @@ def _requested_workers(topology: Topology, workers: int | None, default: int) ->
 
 
 def submit(
-    state: ClusterState, path: str | Path, workers: int | None = None, *, check_classes: bool = True
+    state: ClusterState,
+    path: str | Path,
+    workers: int | None = None,
+    *,
+    check_classes: bool = True,
+    properties: str | Path | None = None,
 ) -> TopologyRecord:
     """Submit the topology file at ``path`` (status active); nimbus assigns it.
 
@@ -92,6 +104,9 @@ def submit(
         slots it lists in ``workers``, else ``topology.workers`` of the configuration.
     check_classes : bool
         Import every bolt class here first, so a typo fails the submit rather than every worker.
+    properties : str or Path, optional
+        A Flux file's ``--filter`` properties file.  A Flux file is stored as the topology it
+        became (our YAML form), so workers need neither its includes nor the properties.
 
     Raises
     ------
@@ -112,7 +127,12 @@ def submit(
     except yaml.YAMLError as exc:
         msg = f"topology file {str(path)!r} is not valid YAML: {exc}"
         raise ConfigError(msg) from exc
-    topology = topology_from_dict(data, origin=str(path))
+    if properties is not None or is_flux(data):
+        # A Flux file may include others and take ${...} from --filter: store what it became, self-contained.
+        topology = load_topology(path, properties)
+        source = yaml.safe_dump(topology_to_dict(topology), sort_keys=False)
+    else:
+        topology = topology_from_dict(data, origin=str(path))
     check_topology_name(topology.name)
     if check_classes:
         for component in topology.components.values():

@@ -31,6 +31,7 @@ __all__ = [
     "BatchAck",
     "BatchCommit",
     "BatchHeader",
+    "BatchQuery",
     "Challenge",
     "Close",
     "ControlFrame",
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 MAGIC: Final = b"STRM"
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 NONCE_SIZE: Final = 16
 SESSION_ID_SIZE: Final = 16
 
@@ -77,6 +78,7 @@ BATCH_COMMIT: Final = -802
 # Coordination requests (the checkpoint protocol, docs/state.md): client asks, server answers.
 REQUEST: Final = -803
 REPLY: Final = -804
+BATCH_QUERY: Final = -805
 
 _LOAD_ENTRY: Final = struct.Struct(">hd")
 _HELLO_FIXED: Final = struct.Struct(">4sBB16s16sH")
@@ -88,6 +90,7 @@ _BATCH_HEADER: Final = struct.Struct(">qiqiB")
 _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
 _REQUEST: Final = struct.Struct(">qB")
+_BATCH_QUERY: Final = struct.Struct(">qiqB")
 _U16: Final = struct.Struct(">H")
 
 #: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
@@ -242,6 +245,29 @@ class ControlReply:
     body: bytes = b""
 
 
+@dataclass(frozen=True)
+class BatchQuery:
+    """After a reconnect, a client asks what became of a group the server already received.
+
+    The server's receipt (or OK's ``resume_after``) covered the group, so it is not resent;
+    its ack, written to the old connection, was lost with it.  The server answers from its
+    ledger with a BatchAck: at once if the group reached ``required`` or failed, otherwise
+    when it does; FAILED if it does not know the group (e.g. the worker restarted), so the
+    sender retries now rather than at its ack timeout.
+    """
+
+    query_id: str
+    batch_id: int
+    partition: int
+    sequence: int
+    required: int = ACCEPTED
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        """(query id, batch id, partition, sequence) of the group asked about."""
+        return (self.query_id, self.batch_id, self.partition, self.sequence)
+
+
 ControlFrame = (
     LoadMetrics
     | Close
@@ -259,6 +285,7 @@ ControlFrame = (
     | BatchCommit
     | ControlRequest
     | ControlReply
+    | BatchQuery
 )
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
 Decoded = MessageBatch | ControlFrame
@@ -349,9 +376,12 @@ def _task_list(tasks: frozenset[int]) -> bytes:
 
 def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, LoadMetrics):
-        for task in frame.loads:
+        for task, load in frame.loads.items():
             if not 0 <= task <= MAX_TASK_ID:
                 msg = f"task id {task} does not fit the int16 task field (0..{MAX_TASK_ID})"
+                raise WireFormatError(msg)
+            if not 0.0 <= load <= 1.0:  # also false for NaN; every decoder refuses it, dropping the link
+                msg = f"load {load!r} of task {task} is outside 0.0..1.0: send a queue's fill, capped at 1.0"
                 raise WireFormatError(msg)
         return LOAD_METRICS, b"".join(_LOAD_ENTRY.pack(t, float(v)) for t, v in frame.loads.items())
     if isinstance(frame, Close):
@@ -391,6 +421,9 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
         return REQUEST, _REQUEST.pack(frame.request_id, frame.op) + frame.body
     if isinstance(frame, ControlReply):
         return REPLY, _REQUEST.pack(frame.request_id, frame.status) + frame.body
+    if isinstance(frame, BatchQuery):
+        fixed = _BATCH_QUERY.pack(frame.batch_id, frame.partition, frame.sequence, frame.required)
+        return BATCH_QUERY, fixed + _str_field(frame.query_id, "query id")
     msg = f"not a control frame: {frame!r}"  # pragma: no cover - the Union is closed
     raise WireFormatError(msg)
 
@@ -524,6 +557,13 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         request_id, op = _REQUEST.unpack_from(body)
         rest = bytes(body[_REQUEST.size :])
         return ControlRequest(request_id, op, rest) if code == REQUEST else ControlReply(request_id, op, rest)
+    if code == BATCH_QUERY:
+        _need(body, _BATCH_QUERY.size, "batch query")
+        batch, part, seq, required = _BATCH_QUERY.unpack_from(body)
+        if required not in (ACCEPTED, PROCESSED):
+            msg = f"batch query has required {required}; needs 1 or 2"
+            raise WireFormatError(msg)
+        return BatchQuery(_query_id(body, _BATCH_QUERY.size, "batch query"), batch, part, seq, required)
     msg = f"unknown control code {code}"
     raise WireFormatError(msg)
 
@@ -546,6 +586,7 @@ _KNOWN_CODES: Final = frozenset(
         BATCH_COMMIT,
         REQUEST,
         REPLY,
+        BATCH_QUERY,
     }
 )
 

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 OPTION_NAMES: Final = (
     "topology",
+    "filter",
     "workers",
     "zookeeper",
     "assignmentWaitMs",
@@ -144,7 +145,7 @@ class StormOptions:
                 raise ConfigError(msg)
             zookeeper, topology, the_plan, version = _from_zookeeper(zookeeper, topo_path, conf, assignment_wait_s)
         else:
-            topology = load_topology(topo_path)
+            topology = load_topology(topo_path, get("filter"))
             the_plan = plan(topology, workers) if workers else plan(topology)
         sources = sorted(c.id for c in topology.sources)
         component_id = get("component") or (sources[0] if len(sources) == 1 else None)

@@ -14,7 +14,7 @@ from spark_storm.errors import ConfigError
 from spark_storm.topology.hashing import fields_hash
 from spark_storm.topology.model import Component, Input
 
-__all__ = ["Grouper", "LoadFn", "make_grouper"]
+__all__ = ["CustomStreamGrouping", "Grouper", "LoadFn", "make_grouper"]
 
 #: Returns the latest known load (0..1) of the given tasks; unknown tasks omitted.
 LoadFn = Callable[[Iterable[int]], Mapping[int, float]]
@@ -125,6 +125,63 @@ class LoadAwareShuffleGrouper(Grouper):
         return [a if loads.get(a, 0.0) <= loads.get(b, 0.0) else b]
 
 
+class CustomStreamGrouping(abc.ABC):
+    """A grouping of your own (Storm's ``CustomStreamGrouping``): name it ``grouping: custom`` + ``class``.
+
+    Built with the input's ``args``; ``prepare`` gets the consumer's task ids once, then
+    ``choose_tasks`` returns the task(s) of every tuple.
+    """
+
+    def prepare(self, source_component: str, stream: str, target_tasks: list[int]) -> None:
+        """Remember the targets (the default keeps them as ``self.target_tasks``)."""
+        self.target_tasks = target_tasks
+
+    @abc.abstractmethod
+    def choose_tasks(self, values: Sequence[object]) -> list[int]:
+        """Return the target task ids for a tuple with these values."""
+
+
+class CustomGrouper(Grouper):
+    """Runs a :class:`CustomStreamGrouping`, checking that it picks tasks of the consumer."""
+
+    def __init__(self, targets: Sequence[int], grouping: CustomStreamGrouping, where: str) -> None:
+        super().__init__(targets)
+        self._grouping = grouping
+        self._valid = frozenset(targets)
+        self._where = where
+
+    def choose(self, values: Sequence[object]) -> list[int]:
+        tasks = list(self._grouping.choose_tasks(values))
+        if not self._valid.issuperset(tasks):
+            msg = f"{self._where}: chose tasks {tasks}, but the consumer's tasks are {sorted(self._valid)}"
+            raise ConfigError(msg)
+        return tasks
+
+
+def make_custom_grouping(inp: Input, source: Component, targets: Sequence[int]) -> CustomGrouper:
+    """Build the custom grouping of ``inp`` (its class, constructed with its args, then prepared).
+
+    Raises
+    ------
+    ConfigError
+        The class does not import, is not a CustomStreamGrouping, or its constructor raised.
+    """
+    from spark_storm.topology.model import resolve_class
+
+    where = f"custom grouping {inp.custom!r} on {source.id!r} stream {inp.stream!r}"
+    cls = resolve_class(inp.custom, "custom grouping")
+    if not (isinstance(cls, type) and issubclass(cls, CustomStreamGrouping)):
+        msg = f"{where}: the class must subclass spark_storm.topology.grouping.CustomStreamGrouping"
+        raise ConfigError(msg)
+    try:
+        grouping = cls(*inp.custom_args)
+        grouping.prepare(source.id, inp.stream, list(targets))
+    except Exception as exc:  # user code: say which class and why
+        msg = f"{where}: building it with args {list(inp.custom_args)} raised {type(exc).__name__}: {exc}"
+        raise ConfigError(msg) from exc
+    return CustomGrouper(targets, grouping, where)
+
+
 def make_grouper(
     inp: Input,
     source: Component,
@@ -151,5 +208,7 @@ def make_grouper(
         return LocalOrShuffleGrouper(targets, local_tasks, rng)
     if g == "load_aware":
         return LoadAwareShuffleGrouper(targets, load or (lambda tasks: {}), rng)
+    if g == "custom":
+        return make_custom_grouping(inp, source, targets)
     msg = f"unknown grouping {g!r}"  # pragma: no cover - Topology validation rejects it
     raise ConfigError(msg)

@@ -4,6 +4,10 @@ A topology is a set of components.  A *source* is an entry component: Spark (or 
 client) sends tuples to its tasks; its bolt (by default a pass-through) emits them on.
 Every other component names a bolt class and its inputs, each with a grouping.
 
+A *spout* is an entry component fed by its own spout class (a Python ``Spout``, or a
+multilang child: Storm's ShellSpout) instead of by Spark.  Storm's Flux files are read
+too (:mod:`spark_storm.topology.flux`): :func:`load_topology` tells them by their keys.
+
 YAML form (conf/topologies/wordcount.yaml)::
 
     name: wordcount
@@ -19,6 +23,11 @@ YAML form (conf/topologies/wordcount.yaml)::
         fields: [word]
         inputs:
           - {from: sentences, grouping: shuffle}
+      - id: count
+        shell: [python3, count.py]  # a multilang child (Storm's ShellBolt); `spout: true` for a ShellSpout
+        fields: [word, count]
+        inputs:
+          - {from: split, grouping: fields, fields: [word]}
 """
 
 from __future__ import annotations
@@ -31,20 +40,33 @@ from typing import Any, Final
 from spark_storm.config import read_yaml
 from spark_storm.errors import ConfigError
 from spark_storm.plugins import did_you_mean, load_object
+from spark_storm.topology.windows import LATE_STREAM_KEY, check_window_inputs, window_conf, window_spec
 
 __all__ = [
     "DEFAULT_STREAM",
     "GROUPINGS",
+    "MULTILANG_COMMAND",
+    "MULTILANG_DIR",
     "PASS_THROUGH_BOLT",
+    "SHELL_BOLT",
+    "SHELL_SPOUT",
     "Component",
     "Input",
     "Topology",
     "TopologyBuilder",
+    "is_flux",
     "load_topology",
+    "topology_to_dict",
 ]
 
 DEFAULT_STREAM: Final = "default"
 PASS_THROUGH_BOLT: Final = "spark_storm.worker.bolt:PassThroughBolt"
+#: Storm's ShellBolt / ShellSpout: a multilang child runs the component.
+SHELL_BOLT: Final = "spark_storm.worker.multilang:ShellBolt"
+SHELL_SPOUT: Final = "spark_storm.worker.multilang:ShellSpout"
+#: Component conf: the child's command (a list); the directory it runs in.
+MULTILANG_COMMAND: Final = "topology.multilang.command"
+MULTILANG_DIR: Final = "topology.multilang.dir"
 GROUPINGS: Final = (
     "shuffle",
     "fields",
@@ -54,6 +76,7 @@ GROUPINGS: Final = (
     "local_or_shuffle",
     "none",
     "load_aware",
+    "custom",
 )
 
 
@@ -65,6 +88,9 @@ class Input:
     grouping: str = "shuffle"
     stream: str = DEFAULT_STREAM
     fields: tuple[str, ...] = ()
+    #: Custom grouping only: ``pkg.mod:Class`` of a ``CustomStreamGrouping`` and its constructor arguments.
+    custom: str = ""
+    custom_args: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +113,8 @@ class Component:
         Subscriptions.
     source : bool
         Entry component fed by external clients (Spark).
+    spout : bool
+        Entry component fed by its own spout class (``bolt`` names a ``Spout``), not by Spark.
     conf : Mapping[str, Any]
         Component-level configuration handed to ``prepare``.
     """
@@ -102,6 +130,7 @@ class Component:
     #: Sources only: how clients (Spark) spread tuples over the source's tasks.
     grouping: str = "shuffle"
     grouping_fields: tuple[str, ...] = ()
+    spout: bool = False
 
     @property
     def num_tasks(self) -> int:
@@ -132,6 +161,8 @@ class Topology:
     components: Mapping[str, Component]
     workers: tuple[str, ...] = ()
     conf: Mapping[str, Any] = field(default_factory=dict)
+    #: What became what, for a topology converted from a Flux file (``topology plan`` prints it).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -139,6 +170,10 @@ class Topology:
     @property
     def sources(self) -> list[Component]:
         return [c for c in self.components.values() if c.source]
+
+    @property
+    def spouts(self) -> list[Component]:
+        return [c for c in self.components.values() if c.spout]
 
     def component(self, component_id: str) -> Component:
         """Return a component by id, with a "did you mean" when it does not exist."""
@@ -178,7 +213,7 @@ def _validate(topo: Topology) -> None:
             msg = f"{where}: tasks ({comp.tasks}) must be >= parallelism ({comp.parallelism})"
             raise ConfigError(msg)
         if comp.source:
-            if comp.grouping not in GROUPINGS:
+            if comp.grouping not in GROUPINGS or comp.grouping == "custom":
                 hint = did_you_mean(comp.grouping, GROUPINGS)
                 msg = f"{where}: unknown grouping {comp.grouping!r}.{hint} Use one of {', '.join(GROUPINGS)}"
                 raise ConfigError(msg)
@@ -195,9 +230,13 @@ def _validate(topo: Topology) -> None:
         if comp.source and comp.inputs:
             msg = f"{where}: a source gets its tuples from clients, it cannot have inputs"
             raise ConfigError(msg)
-        if not comp.source and not comp.inputs:
+        if comp.spout and (comp.inputs or comp.source):
+            msg = f"{where}: a spout makes its own tuples; it cannot have inputs nor be a source fed by Spark"
+            raise ConfigError(msg)
+        if not comp.source and not comp.spout and not comp.inputs:
             msg = f"{where}: has no inputs; give it 'inputs' or mark it 'source: true'"
             raise ConfigError(msg)
+        _validate_window(topo, comp, where)
         for inp in comp.inputs:
             upstream = topo.component(inp.component)
             if inp.grouping not in GROUPINGS:
@@ -211,6 +250,9 @@ def _validate(topo: Topology) -> None:
                     f"only {sorted(upstream.outputs) or 'no streams'}"
                 )
                 raise ConfigError(msg)
+            if inp.grouping == "custom" and not inp.custom:
+                msg = f"{where}: custom grouping on {upstream.id!r} needs 'class' (a CustomStreamGrouping)"
+                raise ConfigError(msg)
             if inp.grouping == "fields":
                 if not inp.fields:
                     msg = f"{where}: fields grouping on {upstream.id!r} needs 'fields'"
@@ -222,9 +264,58 @@ def _validate(topo: Topology) -> None:
                         f"has fields {list(declared)}"
                     )
                     raise ConfigError(msg)
-    if not topo.sources:
-        msg = f"topology {topo.name!r} has no source component (mark one 'source: true')"
+    if not topo.sources and not topo.spouts:
+        msg = f"topology {topo.name!r} has no source component (mark one 'source: true') and no spout"
         raise ConfigError(msg)
+
+
+def input_fields(topo: Topology, comp: Component) -> dict[str, tuple[str, ...]]:
+    """Return the fields of every stream ``comp`` receives, by ``"component/stream"`` (a source: its clients')."""
+    if comp.source:
+        return {f"{comp.id} (from clients)": comp.fields_of(DEFAULT_STREAM)}
+    return {f"{i.component}/{i.stream}": topo.components[i.component].fields_of(i.stream) for i in comp.inputs}
+
+
+def _validate_window(topo: Topology, comp: Component, where: str) -> None:
+    spec = window_spec(comp.conf, where, topo.conf)
+    if spec is None:
+        return
+    if comp.spout:
+        msg = f"{where}: a spout makes its own tuples; a window belongs on a bolt that subscribes to it"
+        raise ConfigError(msg)
+    inputs = input_fields(topo, comp)
+    check_window_inputs(spec, where, inputs)
+    if spec.late_stream is not None:
+        declared = comp.outputs.get(spec.late_stream)
+        if declared is None:
+            msg = (
+                f"{where}: late_stream {spec.late_stream!r} is not declared; declare it under 'outputs' "
+                "with the input's fields"
+            )
+            raise ConfigError(msg)
+        for stream, fields in inputs.items():
+            if len(fields) != len(declared):
+                msg = (
+                    f"{where}: late tuples from {stream} have {len(fields)} fields {list(fields)} but "
+                    f"late_stream {spec.late_stream!r} declares {list(declared)}; declare the input's fields"
+                )
+                raise ConfigError(msg)
+
+
+def _declare_late_streams(comps: dict[str, Component]) -> None:
+    """Give each windowed component's undeclared late stream its input's fields (when all inputs agree)."""
+    from dataclasses import replace
+
+    for cid, comp in list(comps.items()):
+        late = comp.conf.get(LATE_STREAM_KEY)
+        if not isinstance(late, str) or late in comp.outputs:
+            continue
+        if comp.source:
+            fields = {comp.fields_of(DEFAULT_STREAM)}
+        else:
+            fields = {comps[i.component].fields_of(i.stream) if i.component in comps else () for i in comp.inputs}
+        if len(fields) == 1:
+            comps[cid] = replace(comp, outputs={**comp.outputs, late: next(iter(fields))})
 
 
 def resolve_class(path: str, what: str) -> Any:
@@ -245,8 +336,11 @@ _COMPONENT_KEYS: Final = {
     "conf",
     "grouping",
     "grouping_fields",
+    "spout",
+    "shell",
+    "window",
 }
-_INPUT_KEYS: Final = {"from", "grouping", "stream", "fields"}
+_INPUT_KEYS: Final = {"from", "grouping", "stream", "fields", "class", "args"}
 
 
 def _strs(value: Any, where: str) -> tuple[str, ...]:
@@ -273,8 +367,18 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
+def is_flux(data: Any) -> bool:
+    """Whether a YAML mapping is a Storm Flux file (it has ``spouts``, ``bolts``, ``streams``, ``includes``...)."""
+    keys = ("spouts", "bolts", "streams", "includes", "topologySource")
+    return isinstance(data, Mapping) and any(k in data for k in keys)
+
+
 def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Topology:
-    """Build a topology from its YAML/JSON mapping form."""
+    """Build a topology from its YAML/JSON mapping form (ours, or a self-contained Flux file)."""
+    if is_flux(data):
+        from spark_storm.topology.flux import topology_from_flux
+
+        return topology_from_flux(data, origin)
     if not isinstance(data, Mapping):
         msg = f"{origin}: a topology must be a mapping with 'name' and 'components'"
         raise ConfigError(msg)
@@ -306,27 +410,43 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
                 msg = f"{iw} must be a mapping with 'from' (and 'grouping')"
                 raise ConfigError(msg)
             _unknown_keys(inp, _INPUT_KEYS, iw)
+            args = inp.get("args", ())
+            if not isinstance(args, (list, tuple)):
+                msg = f"{iw}.args must be a list (the custom grouping's constructor arguments), got {args!r}"
+                raise ConfigError(msg)
             inputs.append(
                 Input(
                     component=str(inp["from"]),
                     grouping=str(inp.get("grouping", "shuffle")),
                     stream=str(inp.get("stream", DEFAULT_STREAM)),
                     fields=_strs(inp.get("fields", ()), f"{iw}.fields"),
+                    custom=str(inp.get("class", "")),
+                    custom_args=tuple(args),
                 )
             )
         source = bool(raw.get("source", False))
+        bolt, spout, conf = _component_class(raw, where)
+        if "window" in raw:
+            block = window_conf(raw["window"], f"{where} ({cid})")
+            both = sorted(k for k in block if k in conf)
+            if both:
+                msg = f"{where} ({cid}): 'window' and conf key(s) {both} say the same; keep one"
+                raise ConfigError(msg)
+            conf.update(block)
         comps[cid] = Component(
             id=cid,
-            bolt=str(raw.get("bolt", PASS_THROUGH_BOLT)),
+            bolt=bolt,
             parallelism=_int(raw.get("parallelism", 1), f"{where}.parallelism"),
             tasks=_int(raw.get("tasks", 0), f"{where}.tasks"),
             outputs=outputs,
             inputs=tuple(inputs),
             source=source,
-            conf=dict(raw.get("conf") or {}),
+            conf=conf,
             grouping=str(raw.get("grouping", "shuffle")),
             grouping_fields=_strs(raw.get("grouping_fields", ()), f"{where}.grouping_fields"),
+            spout=spout,
         )
+    _declare_late_streams(comps)
     return Topology(
         name=str(data.get("name", "")),
         components=comps,
@@ -335,15 +455,112 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
     )
 
 
-def load_topology(path: str | Path) -> Topology:
-    """Read a topology YAML file.
+def _component_class(raw: Mapping[str, Any], where: str) -> tuple[str, bool, dict[str, Any]]:
+    """Return (class path, is a spout, conf) from a component's ``bolt`` / ``spout`` / ``shell`` keys."""
+    conf = dict(raw.get("conf") or {})
+    spout = raw.get("spout", False)
+    shell = raw.get("shell")
+    if shell is not None:
+        command = [shell] if isinstance(shell, str) else shell
+        if not isinstance(command, list) or not command or not all(isinstance(c, str) for c in command):
+            msg = f"{where}.shell must be the child's command, a list of strings, got {shell!r}"
+            raise ConfigError(msg)
+        if "bolt" in raw or isinstance(spout, str):
+            msg = f"{where}: 'shell' runs a multilang child; it excludes 'bolt' and a spout class"
+            raise ConfigError(msg)
+        conf[MULTILANG_COMMAND] = list(command)
+        return (SHELL_SPOUT if spout else SHELL_BOLT), bool(spout), conf
+    if isinstance(spout, str):
+        if "bolt" in raw:
+            msg = f"{where}: 'spout' names the spout class; it excludes 'bolt'"
+            raise ConfigError(msg)
+        return spout, True, conf
+    if spout is not False and spout is not None:
+        msg = f"{where}.spout must name a Spout class (pkg.mod:Class), or be true with 'shell', got {spout!r}"
+        raise ConfigError(msg)
+    return str(raw.get("bolt", PASS_THROUGH_BOLT)), False, conf
+
+
+def load_topology(path: str | Path, properties: str | Path | None = None) -> Topology:
+    """Read a topology file: ours, or a Storm Flux file (told apart by its keys).
+
+    Parameters
+    ----------
+    path : str or Path
+    properties : str or Path, optional
+        Flux's ``--filter``: a properties file whose values replace ``${name}`` in a Flux file.
+
+    A component's multilang child runs in ``topology.multilang.dir``, resolved against
+    the file's directory; unset, it is the file's directory.
 
     Raises
     ------
     ConfigError
         Unreadable file, bad YAML, or an invalid topology (the message names the part).
     """
-    return topology_from_dict(read_yaml(path, "topology file"), origin=str(path))
+    from spark_storm.topology.flux import is_flux_file, load_flux
+
+    if properties is not None or is_flux_file(path):
+        topo = load_flux(path, properties)
+    else:
+        topo = topology_from_dict(read_yaml(path, "topology file"), origin=str(path))
+    base = Path(path).resolve().parent
+    wanted = topo.conf.get(MULTILANG_DIR)
+    if any(c.bolt in (SHELL_BOLT, SHELL_SPOUT) for c in topo.components.values()) and (
+        wanted is None or not Path(str(wanted)).is_absolute()
+    ):
+        resolved = str((base / str(wanted)) if wanted else base)
+        topo = Topology(topo.name, topo.components, topo.workers, {**topo.conf, MULTILANG_DIR: resolved}, topo.notes)
+    return topo
+
+
+def topology_to_dict(topo: Topology) -> dict[str, Any]:
+    """Return the YAML mapping of ``topo`` in our own form (what ``topology_from_dict`` reads back)."""
+    components = []
+    for comp in sorted(topo.components.values(), key=lambda c: c.id):
+        raw: dict[str, Any] = {"id": comp.id}
+        if comp.source:
+            raw["source"] = True
+            if comp.bolt != PASS_THROUGH_BOLT:
+                raw["bolt"] = comp.bolt
+            if comp.grouping != "shuffle" or comp.grouping_fields:
+                raw["grouping"] = comp.grouping
+                raw["grouping_fields"] = list(comp.grouping_fields)
+        elif comp.spout:
+            raw["spout"] = comp.bolt
+        else:
+            raw["bolt"] = comp.bolt
+        raw["parallelism"] = comp.parallelism
+        if comp.tasks:
+            raw["tasks"] = comp.tasks
+        outputs = {s: list(f) for s, f in comp.outputs.items()}
+        if list(outputs) == [DEFAULT_STREAM]:
+            raw["fields"] = outputs[DEFAULT_STREAM]
+        elif outputs:
+            raw["outputs"] = outputs
+        if comp.inputs:
+            inputs = []
+            for inp in comp.inputs:
+                entry: dict[str, Any] = {"from": inp.component, "grouping": inp.grouping}
+                if inp.stream != DEFAULT_STREAM:
+                    entry["stream"] = inp.stream
+                if inp.fields:
+                    entry["fields"] = list(inp.fields)
+                if inp.custom:
+                    entry["class"] = inp.custom
+                    entry["args"] = list(inp.custom_args)
+                inputs.append(entry)
+            raw["inputs"] = inputs
+        if comp.conf:
+            raw["conf"] = dict(comp.conf)
+        components.append(raw)
+    out: dict[str, Any] = {"name": topo.name}
+    if topo.workers:
+        out["workers"] = list(topo.workers)
+    if topo.conf:
+        out["conf"] = dict(topo.conf)
+    out["components"] = components
+    return out
 
 
 class TopologyBuilder:
@@ -379,13 +596,20 @@ class TopologyBuilder:
         tasks: int = 0,
         outputs: Mapping[str, Sequence[str]] | None = None,
         conf: Mapping[str, Any] | None = None,
+        window: Mapping[str, Any] | None = None,
     ) -> TopologyBuilder:
-        """Add a bolt subscribed to ``inputs``; ``fields`` declares its default stream."""
+        """Add a bolt subscribed to ``inputs``; ``fields`` declares its default stream.
+
+        ``window`` is the YAML ``window:`` block (``{"length": "60s", "sliding": "10s", ...}``).
+        """
         outs = {s: tuple(f) for s, f in (outputs or {}).items()}
         if fields:
             outs[DEFAULT_STREAM] = tuple(fields)
+        merged = dict(conf or {})
+        if window is not None:
+            merged.update(window_conf(window, f"topology {self._name!r}, component {component_id!r}"))
         self._components[component_id] = Component(
-            component_id, bolt, parallelism, tasks, outs, tuple(inputs), False, dict(conf or {})
+            component_id, bolt, parallelism, tasks, outs, tuple(inputs), False, merged
         )
         return self
 
@@ -401,4 +625,6 @@ class TopologyBuilder:
 
     def build(self) -> Topology:
         """Validate and return the topology."""
-        return Topology(self._name, dict(self._components), self._workers, dict(self._conf))
+        components = dict(self._components)
+        _declare_late_streams(components)
+        return Topology(self._name, components, self._workers, dict(self._conf))

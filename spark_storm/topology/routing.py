@@ -287,6 +287,21 @@ class Router:
         return out
 
 
+class CustomRouter(Router):
+    """A custom grouping over batches: its ``choose_tasks`` per row (a row may go to several tasks)."""
+
+    def __init__(self, targets: Sequence[int], grouper: Any) -> None:
+        super().__init__(targets, "custom")
+        self._grouper = grouper
+
+    def split(self, batch: pa.RecordBatch, tasks: Any = None) -> list[tuple[int, pa.RecordBatch]]:
+        rows: dict[int, list[int]] = {}
+        for i, values in enumerate(zip(*(c.to_pylist() for c in batch.columns), strict=True)):
+            for task in self._grouper.choose(list(values)):
+                rows.setdefault(task, []).append(i)
+        return [(task, batch.take(pa.array(idx, type=pa.int64()))) for task, idx in sorted(rows.items())]
+
+
 def make_batch_router(
     inp: Input,
     source: Component,
@@ -299,6 +314,10 @@ def make_batch_router(
     """Build the router of one (sender, subscription): the vectorised twin of ``grouping.make_grouper``."""
     rng = rng or random.Random()
     g = inp.grouping
+    if g == "custom":
+        from spark_storm.topology.grouping import make_custom_grouping
+
+        return CustomRouter(targets, make_custom_grouping(inp, source, targets))
     if g == "fields":
         declared = source.fields_of(inp.stream)
         missing = [f for f in inp.fields if f not in declared]

@@ -318,6 +318,15 @@ class ClientBase(IClient):
                 self._acks.popitem(last=False)  # acks nobody waits for (e.g. of a dead task)
             self._ack_cond.notify_all()
 
+    def clear_ack(self, key: GroupKey) -> None:
+        """Forget what was heard of group ``key``: it is being sent (again), and will be answered anew.
+
+        An ack nobody took (a task that gave up, an answer to a query after a reconnect) must
+        not answer the retry that sends the group again.
+        """
+        with self._ack_cond:
+            self._acks.pop(key, None)
+
     def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
         wanted = list(keys)
         deadline = time.monotonic() + timeout

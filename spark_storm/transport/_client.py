@@ -169,6 +169,7 @@ class SessionClient(ClientBase):
             msg = f"send_group on closed {self.describe()}"
             raise ConnectionClosedError(msg)
         self.group_sent(header.key)
+        self.clear_ack(header.key)
         waiting, was_empty = self._session.admit(messages, header)
         if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
             self._wake_pending = True

@@ -10,7 +10,10 @@ answer them), so no row reaches an executor queue twice:
   it finishes (exactly once into the executor queues);
 * replay of a FAILED group, or of one ACCEPTED longer than ``redeliver_after_s`` ago
   without being PROCESSED (Storm's message timeout) -> deliver again (at-least-once
-  through the bolts).
+  through the bolts);
+* a client asking after a reconnect what became of a group (:meth:`DeliveryLedger.query`:
+  the ack it awaited was lost with the old connection) -> ack now, or when it finishes;
+  FAILED if the ledger does not know the group, so the sender retries it.
 
 ``forget(query, batch)`` (the driver's commit) drops the entries of that batch and older
 ones of the query; bounds on entries and on bytes (estimated per entry as the query id's
@@ -26,7 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchAck, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchAck, BatchHeader, BatchQuery
 
 __all__ = ["ENTRY_OVERHEAD_BYTES", "DeliveryLedger", "Reply"]
 
@@ -37,6 +40,7 @@ _IN_PROGRESS = 0
 #: Estimated memory of one entry besides its query id (entry, header, key tuple, dict slot).
 ENTRY_OVERHEAD_BYTES = 512
 _MAX_WAITERS = 64
+_UNKNOWN_LOG_S = 10.0
 
 
 def _cost(header: BatchHeader) -> int:
@@ -64,6 +68,8 @@ class DeliveryLedger:
         self.replayed_groups = 0
         self.replayed_messages = 0
         self.evicted = 0
+        self.unknown_queries = 0
+        self._unknown_logged = -_UNKNOWN_LOG_S
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -101,6 +107,38 @@ class DeliveryLedger:
         if ack_now is not None:
             reply(_ack(header, ack_now))
         return False
+
+    def query(self, query: BatchQuery, reply: Reply) -> None:
+        """Answer a client asking, after a reconnect, for the ack of a group it sent before.
+
+        The ack goes to ``reply`` now if the group reached ``query.required`` (or failed),
+        else when it does.  A group the ledger does not know (committed, evicted, or this
+        worker restarted since) is answered FAILED: the sender retries it.
+        """
+        log = False
+        with self._lock:
+            entry = self._entries.get(query.key)
+            status: int | None = FAILED if entry is None else entry.status
+            if entry is None:
+                self.unknown_queries += 1
+                now = time.monotonic()
+                log = now - self._unknown_logged >= _UNKNOWN_LOG_S  # a restarted worker hears of every group
+                if log:
+                    self._unknown_logged = now
+            elif entry.status == _IN_PROGRESS or (entry.status == ACCEPTED and query.required == PROCESSED):
+                if len(entry.waiters) >= _MAX_WAITERS:
+                    del entry.waiters[0]
+                entry.waiters.append(reply)
+                status = None
+        if log:
+            logger.warning(
+                "group %s asked for after a reconnect is not in the delivery ledger (committed, evicted, "
+                "or this worker restarted since): answering FAILED so the sender resends it (%d such so far)",
+                query.key,
+                self.unknown_queries,
+            )
+        if status is not None:
+            reply(BatchAck(*query.key, status))
 
     def finish(self, header: BatchHeader, status: int) -> None:
         """Record progress of a delivered group and tell everyone waiting for it."""

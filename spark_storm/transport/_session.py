@@ -7,7 +7,10 @@ It makes a reconnect lose nothing that ``send`` accepted:
 * the buffer is the write watermark: above ``high`` bytes, ``send`` blocks (or drops,
   per policy) until it drains under ``low``; memory never grows without bound;
 * after a reconnect the server tells (in OK) the last sequence it delivered for this
-  session, the client resends the rest, and the server drops any duplicates.
+  session, the client resends the rest, and the server drops any duplicates;
+* acks of delivery groups are not resent by the server: after a reconnect the client asks
+  again (BATCH_QUERY) for each group the server already has and whose ack it still awaits
+  (an ack on its way when the connection broke is lost with it).
 
 The classes here are pure protocol state: they never touch a socket.  Transports feed
 them bytes and write what they return.
@@ -44,12 +47,14 @@ from spark_storm.errors import (
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
 from spark_storm.messaging.message import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
+    FAILED,
     HANDSHAKE_FRAME_MAX,
     HANDSHAKE_MAX_BYTES,
     Auth,
     BatchAck,
     BatchCommit,
     BatchHeader,
+    BatchQuery,
     Challenge,
     Close,
     ControlReply,
@@ -69,9 +74,21 @@ from spark_storm.messaging.wire import (
 if TYPE_CHECKING:
     from spark_storm.transport._base import ClientBase, ServerBase
 
-__all__ = ["MAX_CONTROLS_PER_MESSAGE", "ClientProtocol", "ClientSession", "PeerLimits", "ServerPeer", "SessionTable"]
+__all__ = [
+    "MAX_CONTROLS_PER_MESSAGE",
+    "MAX_OPEN_GROUPS",
+    "ClientProtocol",
+    "ClientSession",
+    "PeerLimits",
+    "ServerPeer",
+    "SessionTable",
+]
 
 logger = logging.getLogger(__name__)
+
+#: Most delivery groups a client remembers while it waits for their final ack (the oldest go
+#: beyond it: only a reconnect needs them, to ask for acks the old connection lost).
+MAX_OPEN_GROUPS = 100_000
 
 
 class ClientSession:
@@ -103,6 +120,8 @@ class ClientSession:
         self._unacked_bytes = 0
         self._outbox: list[bytes] = []
         self._outbox_bytes = 0
+        # Delivery groups sent whose final ack has not come: key -> (required, last sequence).
+        self._open: OrderedDict[tuple[str, int, int, int], tuple[int, int]] = OrderedDict()
         self._closed = False
         self.sent = 0
         self.lost = 0
@@ -162,6 +181,10 @@ class ClientSession:
             chunk = encode_control(Seq(first, count)) + body
             if header is not None:  # header, SEQ and frames travel (and are resent) as one chunk
                 chunk = encode_control(header) + chunk
+                self._open[header.key] = (header.required, self._next_seq - 1)
+                self._open.move_to_end(header.key)
+                if len(self._open) > MAX_OPEN_GROUPS:
+                    self._open.popitem(last=False)
             self._unacked.append((self._next_seq - 1, chunk))
             self._unacked_bytes += len(chunk)
             was_empty = not self._outbox
@@ -203,6 +226,22 @@ class ClientSession:
                 _, chunk = self._unacked.popleft()
                 self._unacked_bytes -= len(chunk)
             self._cond.notify_all()
+
+    def on_ack(self, ack: BatchAck) -> None:
+        """Forget a group once its ack is final (its required level reached, or FAILED)."""
+        with self._cond:
+            entry = self._open.get(ack.key)
+            if entry is not None and (ack.status == FAILED or ack.status >= entry[0]):
+                del self._open[ack.key]
+
+    def unanswered(self) -> list[BatchQuery]:
+        """Return a query for each group the server has (a receipt covers it) whose final ack has not come.
+
+        After a reconnect their acks are asked for again: an ack on its way when the old
+        connection broke is lost with it, and the group is not resent (the server has it).
+        """
+        with self._cond:
+            return [BatchQuery(*key, required) for key, (required, last) in self._open.items() if last <= self._acked]
 
     def replay(self, resume_after: int) -> bool:
         """After a (re)handshake: queue again everything the server did not deliver.
@@ -589,6 +628,9 @@ class ServerPeer:
             self.server.commit(frame.query_id, frame.batch_id)
         elif isinstance(frame, ControlRequest):
             self.server.request(frame, self._send_reply)
+        elif isinstance(frame, BatchQuery):
+            self.server.count("ack_queries")
+            self.server.ledger.query(frame, self._send_ack)
         else:
             msg = f"client {self.peer} sent unexpected {type(frame).__name__}"
             raise WireFormatError(msg)
@@ -668,6 +710,7 @@ class ClientProtocol:
                 resume = self._handshake.on_ok(item)
                 if self._session.replay(resume):
                     self._client.server_restarted()
+                replies.extend(encode_control(query) for query in self._session.unanswered())
                 self.ready = True
             elif isinstance(item, Failure):
                 if not self.ready:
@@ -679,6 +722,7 @@ class ClientProtocol:
                 msg = f"server {self._peer} is closing"
                 raise ConnectionBrokenError(msg)
             elif isinstance(item, BatchAck):
+                self._session.on_ack(item)
                 self._client.update_ack(item)
             elif isinstance(item, ControlReply):
                 self._client.update_reply(item)

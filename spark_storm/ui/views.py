@@ -435,7 +435,8 @@ def _component_type(reading: TopologyReading, component: str) -> str | None:
     for w in reading.workers:
         comps = w.health.get("components") if w.health is not None else None
         if isinstance(comps, Mapping) and isinstance(comps.get(component), Mapping):
-            return "source" if comps[component].get("source") else "bolt"
+            entry = comps[component]
+            return "source" if entry.get("source") or entry.get("spout") else "bolt"
     return None
 
 

@@ -15,8 +15,9 @@ Two kinds of bolt run in the same topology:
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.tuples import Tuple
@@ -24,6 +25,7 @@ from spark_storm.topology.model import DEFAULT_STREAM
 
 if TYPE_CHECKING:
     from spark_storm.codec.columnar import ColumnarBatch
+    from spark_storm.topology.assignment import Plan
 
 __all__ = [
     "BatchBolt",
@@ -34,6 +36,8 @@ __all__ = [
     "PassThroughBolt",
     "TopologyContext",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class TopologyContext:
         This component's declared output fields per stream.
     worker : str
         ``host:port`` of the worker running the task.
+    plan : Plan, optional
+        The whole topology and its tasks (what a multilang child's handshake describes).
     """
 
     topology_id: str
@@ -59,6 +65,7 @@ class TopologyContext:
     component_tasks: tuple[int, ...]
     output_fields: Mapping[str, tuple[str, ...]]
     worker: str
+    plan: Plan | None = field(default=None, compare=False, repr=False)
 
     @property
     def task_index(self) -> int:
@@ -95,6 +102,10 @@ class OutputCollector(abc.ABC):
     @abc.abstractmethod
     def fail(self, tup: Tuple) -> None:
         """Mark ``tup`` failed."""
+
+    def report_error(self, error: str) -> None:
+        """Report an error that is not an exception of ``execute`` (Storm's ``reportError``): /health, the UI."""
+        logger.error("bolt error: %s", error)
 
 
 class Bolt(abc.ABC):

@@ -118,11 +118,14 @@ class ExecutorCheckpoints:
         self.restores = 0
         self.rollbacks = 0
         self.last_bytes: dict[int, int] = {}
+        #: Set once every task's state is restored (at the end of the executor's prepare).
+        self.restored = threading.Event()
 
     # --- start ----------------------------------------------------------------------------
     def restore_all(self) -> None:
         """Give every stateful task its last committed state (at prepare, on the executor thread)."""
         if not self.stateful:
+            self.restored.set()
             return
         for task, bolt in self._ex.bolts.items():
             store = self._manager.task_store(task)
@@ -135,6 +138,8 @@ class ExecutorCheckpoints:
             self.restores += 1
             self._manager.note_restored(task, epoch, bool(data) or bool(store.epochs()))
             bolt.init_state(state)
+            bolt._state_restored(state)
+        self.restored.set()
 
     # --- the executor's batches -----------------------------------------------------------------
     def process(self, items: list[QueueItem]) -> int:
@@ -194,7 +199,9 @@ class ExecutorCheckpoints:
         return self.process(released) if released else 0
 
     def _write(self, task: int, epoch: int) -> None:
-        self._ex.bolts[task].pre_prepare(epoch)
+        bolt = self._ex.bolts[task]
+        bolt._state_saving(epoch)
+        bolt.pre_prepare(epoch)
         state = self.states[task]
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
@@ -232,6 +239,9 @@ class ExecutorCheckpoints:
             self.done[task] = min(self.done[task], epoch)
         if not self.stateful:
             return
+        if not self.restored.wait(60.0):  # a bolt still in prepare (or failed there: the worker stops)
+            msg = f"executor {self._ex.spec} has not restored its state yet (its bolts are still preparing)"
+            raise CheckpointError(msg)
         for task, bolt in self._ex.bolts.items():
             bolt.pre_rollback()
             store = self.stores[task]
@@ -240,6 +250,7 @@ class ExecutorCheckpoints:
             if store.committed() < epoch:
                 store.mark_committed(epoch)
             self.states[task].restore(data)
+            bolt._state_restored(self.states[task])
             self._keys_since_full[task] = 0
             self.done[task] = epoch
         self.rollbacks += 1

@@ -196,6 +196,20 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if tup.anchors:
             fail_ops(tup, self._acker_op)
 
+    def report_error(self, error: str) -> None:
+        self._host.report_error(self._component.id, self._task, error)
+
+    def for_thread(self) -> TaskCollector:
+        """Return a collector for the calling thread of the bolt's own: its emits batch until :meth:`flush`."""
+        emitter = self._emitter.fork()
+        emitter.owner = threading.get_ident()
+        return TaskCollector(self._host, emitter, self._component, self._task, self._stats)
+
+    def flush(self) -> None:
+        """Send what this collector's thread emitted (see :meth:`for_thread`)."""
+        if threading.get_ident() == self._emitter.owner:
+            self._emitter.flush()
+
 
 class BatchCollector(_AckingCollector, BatchOutputCollector):
     """The collector of one batch-bolt task: routes record batches with numpy."""

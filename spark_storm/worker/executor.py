@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
 from spark_storm.codec.tuples import BROADCAST_TASK, TICK_SOURCE, Tuple
 from spark_storm.errors import ConfigError, WireFormatError
-from spark_storm.reports import ExecutorMetrics
+from spark_storm.reports import ExecutorMetrics, WindowMetrics
 from spark_storm.topology.assignment import ExecutorSpec
-from spark_storm.topology.model import resolve_class
+from spark_storm.topology.model import Component, resolve_class
+from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
 from spark_storm.worker.bolt import BatchBolt, Bolt, TopologyContext
 from spark_storm.worker.checkpoint import ExecutorCheckpoints
@@ -72,6 +73,10 @@ class Executor:
         self.conf = conf
         self.policy = settings.error_policy
         self.tick_s = settings.tick_s
+        window = window_spec(self.component.conf, f"component {self.component.id!r}", conf)
+        if window is not None:  # windows are looked at every watermark interval
+            interval = window.watermark_interval_ms / 1000
+            self.tick_s = interval if self.tick_s is None else min(self.tick_s, interval)
         self._batch_limit = settings.executor_batch_size
         self.bolts: dict[int, Any] = {t: bolt_cls() for t in spec.tasks}
         self.stats: dict[int, TaskStats] = {t: TaskStats() for t in spec.tasks}
@@ -139,11 +144,12 @@ class Executor:
         raise NotImplementedError
 
     def _prepare(self) -> None:
-        topo = self.host.plan.topology
-        tasks = tuple(self.host.plan.component_tasks[self.component.id])
+        plan = self.host.plan
+        topo = plan.topology
+        tasks = tuple(plan.component_tasks[self.component.id])
         for task, bolt in self.bolts.items():
             ctx = TopologyContext(
-                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot)
+                topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot), plan
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
@@ -243,6 +249,22 @@ class Executor:
             "capacity": round(min(1.0, sum(t["capacity"] for t in tasks.values())), 4),
             "tasks": tasks,
             "state": self.checkpoints.metrics() if self.checkpoints is not None and self.checkpoints.stateful else None,
+            "windows": self._window_metrics(),
+        }
+
+    def _window_metrics(self) -> WindowMetrics | None:
+        """Return the windowed tasks' counters summed, with the lowest watermark (None: not windowed)."""
+        per = [b.window_metrics() for b in self.bolts.values() if hasattr(b, "window_metrics")]
+        if not per:
+            return None
+        marks = [m["watermark_ms"] for m in per]
+        return {
+            "spec": per[0]["spec"],
+            "watermark_ms": None if None in marks else min(m for m in marks if m is not None),
+            "windows": sum(m["windows"] for m in per),
+            "late": sum(m["late"] for m in per),
+            "bad_times": sum(m["bad_times"] for m in per),
+            "held": sum(m["held"] for m in per),
         }
 
 
@@ -403,12 +425,39 @@ def make_executor(
     ConfigError
         The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
     """
+    from spark_storm.worker.adapters import adapt_class
+    from spark_storm.worker.spout import Spout, SpoutExecutor
+
     component = host.plan.topology.components[spec.component]
     conf = {**worker_conf, **host.plan.topology.conf, **component.conf}
-    bolt_cls = resolve_class(component.bolt, f"component {component.id!r} bolt")
+    bolt_cls = adapt_class(component, resolve_class(component.bolt, f"component {component.id!r} bolt"))
+    _check_window(component, bolt_cls, conf)
+    if component.spout or (isinstance(bolt_cls, type) and issubclass(bolt_cls, Spout)):
+        return SpoutExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, BatchBolt):
         return BatchExecutor(host, spec, queue, settings, conf, bolt_cls)
     if isinstance(bolt_cls, type) and issubclass(bolt_cls, Bolt):
         return TupleExecutor(host, spec, queue, settings, conf, bolt_cls)
     msg = f"component {component.id!r}: {component.bolt!r} is neither a Bolt nor a BatchBolt subclass"
     raise ConfigError(msg)
+
+
+def _check_window(component: Component, bolt_cls: Any, conf: Mapping[str, Any]) -> None:
+    """Check that a window spec has a windowed bolt and a windowed bolt a spec (ConfigError naming the fix)."""
+    from spark_storm.worker.windowed import WindowedBolt
+    from spark_storm.worker.windowed_batch import WindowedBatchBolt
+
+    windowed = isinstance(bolt_cls, type) and issubclass(bolt_cls, (WindowedBolt, WindowedBatchBolt))
+    spec = window_spec(component.conf, f"component {component.id!r}", conf)
+    if spec is not None and not windowed:
+        msg = (
+            f"component {component.id!r} declares a window ({spec.describe()}) but its bolt {component.bolt!r} "
+            "is not a WindowedBolt or WindowedBatchBolt; subclass one and implement execute_window"
+        )
+        raise ConfigError(msg)
+    if spec is None and windowed:
+        msg = (
+            f"component {component.id!r}: its bolt {component.bolt!r} is windowed but the component declares no "
+            "window; give it 'window: {length: 60s, sliding: 10s}' (or session_gap)"
+        )
+        raise ConfigError(msg)

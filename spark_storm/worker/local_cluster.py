@@ -58,6 +58,9 @@ class LocalCluster:
         A storm.yaml for every worker.
     overrides : dict, optional
         ``--set key=value`` pairs for every worker.
+    work_dir : str or Path, optional
+        Where the heartbeats and the workers' logs (``worker-<port>.log``) go; a new
+        temporary folder when None.  Nothing in it is deleted on stop.
     """
 
     def __init__(
@@ -67,20 +70,26 @@ class LocalCluster:
         conf_path: str | None = None,
         overrides: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
+        properties: str | None = None,
+        *,
+        work_dir: str | Path | None = None,
     ) -> None:
         if n < 1:
             msg = f"a local cluster needs at least 1 worker, got {n}"
             raise StormError(msg)
         self.topology_path = str(topology_path)
-        self.topology = load_topology(self.topology_path)
+        self.properties = properties
+        self.topology = load_topology(self.topology_path, properties)
         self.host = host
         self.ports = free_ports(n, host)
         self.slots = [Slot(host, p) for p in self.ports]
         self.workers_arg = ",".join(str(s) for s in self.slots)
         self.plan = plan(self.topology, self.slots)
-        self._tmp = tempfile.mkdtemp(prefix="spark-storm-cluster-")
-        self.heartbeat_dir = Path(self._tmp)
-        self.overrides = {"worker.heartbeat.dir": self._tmp, **(overrides or {})}
+        if work_dir is None:
+            work_dir = tempfile.mkdtemp(prefix="spark-storm-cluster-")
+        self.heartbeat_dir = Path(work_dir)
+        self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
+        self.overrides = {"worker.heartbeat.dir": str(self.heartbeat_dir), **(overrides or {})}
         self.conf_path = conf_path
         self.procs: dict[Slot, subprocess.Popen[str]] = {}
         self.logs: dict[Slot, Path] = {}
@@ -110,6 +119,8 @@ class LocalCluster:
         ]
         if self.conf_path:
             cmd += ["--conf", self.conf_path]
+        if self.properties:
+            cmd += ["--filter", self.properties]
         for key, value in self.overrides.items():
             cmd += ["--set", f"{key}={json.dumps(value)}"]
         return cmd

@@ -97,6 +97,15 @@ class BatchQueue(Generic[T]):
         return self._size
 
     @property
+    def load(self) -> float:
+        """How full the queue is, 0.0 .. 1.0 (Storm's queue load, sent to peers as load metrics).
+
+        The population may pass ``capacity`` (a batch larger than the free room enters an
+        empty queue, and the consumer's own publishes never wait): such a queue is full, 1.0.
+        """
+        return min(1.0, self._size / self.capacity)
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

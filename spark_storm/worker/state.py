@@ -283,7 +283,7 @@ class WorkerState:
     def get_load(self, tasks: Iterable[int]) -> Mapping[int, float]:
         wanted = list(tasks)
         queues = self._task_queue
-        out = {t: len(queues[t]) / queues[t].capacity for t in wanted if t in queues}
+        out = {t: queues[t].load for t in wanted if t in queues}
         task_slot = self._plan.task_slot
         for slot, conn in self._connections.items():
             remote = [t for t in wanted if task_slot.get(t) == slot]
@@ -293,7 +293,7 @@ class WorkerState:
 
     def task_loads(self) -> dict[int, float]:
         """Load of every local task: its executor queue's fill (0..1)."""
-        return {t: len(q) / q.capacity for t, q in self._task_queue.items()}
+        return {t: q.load for t, q in self._task_queue.items()}
 
     def request_stop(self, reason: str, *, failure: bool = True) -> None:
         self._request_stop(reason, failure=failure)

@@ -343,6 +343,9 @@ class Worker:
         deadline = time.monotonic() + timeout
         if not self.active:
             self.activate()  # a deactivated worker still drains what it accepted
+        for executor in self.executors.values():
+            if executor.kind == "spout":
+                executor.stop()  # spouts stop making tuples first, so the rest can drain
         clean = self._wait_quiet(deadline, self.settings.quiet_s)
         server = self.state.server
         if server is not None:
@@ -496,6 +499,7 @@ class Worker:
             "components": {
                 cid: {
                     "source": c.source,
+                    "spout": c.spout,
                     "bolt": c.bolt,
                     "parallelism": c.parallelism,
                     "tasks": list(state.plan.component_tasks[cid]),

@@ -244,3 +244,18 @@ def test_rebalance_and_a_timed_kill_act_without_waiting_for_the_monitor_tick(
         assert time.monotonic() - killed >= 0.9
     finally:
         n.stop()
+
+
+def test_a_flux_file_is_submitted_as_what_it_became(
+    nimbus: Nimbus, state: ClusterState, two_supervisors: dict[str, ClusterState], tmp_path: Path
+) -> None:
+    """Includes and ${...} are resolved at submit: workers on other hosts need neither the files nor the properties."""
+    flux = Path(__file__).resolve().parents[1] / "data" / "flux" / "multilang.yaml"
+    text = flux.read_text().replace('name: "shell-topology"', 'name: "${topology.name}"')
+    (tmp_path / "flux.yaml").write_text(text)
+    (tmp_path / "dev.properties").write_text("topology.name = flux-submitted\n")
+    admin.submit(state, tmp_path / "flux.yaml", workers=1, properties=tmp_path / "dev.properties")
+    record = state.read_topology("flux-submitted")
+    assert "${" not in record.source
+    assert record.topology() == load_topology(tmp_path / "flux.yaml", tmp_path / "dev.properties")
+    assert _wait_version(state, "flux-submitted", 1).executors  # nimbus planned the stored topology

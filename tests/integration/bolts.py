@@ -13,6 +13,7 @@ from typing import Any, TextIO
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
+from spark_storm.worker.spout import Spout, SpoutOutputCollector
 from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
 
 
@@ -162,6 +163,56 @@ def read_event_logs(directory: Path, component: str) -> Counter[int]:
     return seen
 
 
+class LatestCountBolt(Bolt):
+    """(word, count) -> the latest count per word, written to ``<record.dir>/latest-<task>.json`` as it changes."""
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.latest: dict[str, int] = {}
+        self.out = Path(str(conf["record.dir"])) / f"latest-{context.task_id}.json"
+        self.seen = 0
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            self.out.write_text(json.dumps({"latest": self.latest, "seen": self.seen}))
+            return
+        word, count = tup.values[0], int(tup.values[1])
+        self.latest[word] = max(count, self.latest.get(word, 0))
+        self.seen += 1
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        self.out.write_text(json.dumps({"latest": self.latest, "seen": self.seen}))
+
+
+class ReliableSpout(Spout):
+    """Emits ``spout.count`` tuples (key, n) with message id n (every tenth keyed ``boom``), then nothing;
+    writes the ids it heard acked and failed to ``<record.dir>/spout-<task>.record`` at close."""
+
+    def open(self, conf: Mapping[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        super().open(conf, context, collector)
+        self.n = 0
+        self.count = int(conf.get("spout.count", 100))
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+
+    def next_tuple(self) -> None:
+        if self.n < self.count:
+            key = "boom" if self.n % 10 == 0 else f"k{self.n % 7}"
+            self.collector.emit([key, self.n], message_id=self.n)
+            self.n += 1
+
+    def ack(self, message_id: Any) -> None:
+        self.acked.append(message_id)
+
+    def fail(self, message_id: Any) -> None:
+        self.failed.append(message_id)
+
+    def close(self) -> None:
+        out = Path(str(self.conf["record.dir"])) / f"spout-{self.context.task_id}.record"
+        out.write_text(json.dumps({"acked": sorted(self.acked), "failed": sorted(self.failed)}))
+
+
 class ValuesForwarder(Bolt):
     """Forwards every tuple's values unchanged (anchored), so they cross to another worker."""
 
@@ -263,3 +314,19 @@ class LedgerBatchBolt(StatefulBatchBolt):
         ]
         self.ledger.put_many(keys, new)
         self.collector.ack(batch)
+
+
+class RunningCountBolt(StatefulBolt):
+    """Per key: the running count in checkpointed state; emits (key, count) for every tuple."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.counts = state
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        key = tup.values[0]
+        n = self.counts.get(key, 0) + 1
+        self.counts.put(key, n)
+        self.collector.emit([key, n], anchors=tup)
+        self.collector.ack(tup)

@@ -7,6 +7,7 @@ runs against the real broker of the session fixture (tests/conftest.py).
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,8 +35,9 @@ from spark_storm.messaging import (
     TaskMessage,
 )
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, REQUEST_UNHANDLED
-from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
+from spark_storm.transport._server import IOThreadServer
 from tests.helpers import wait_until
 from tests.tls_certs import tls_conf
 
@@ -555,6 +557,74 @@ def test_processed_groups_wait_for_the_receiver(net: Net) -> None:
         client.send_group(h, _msgs(1, 2))  # once processed, replays are dropped and acked at once
         assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
         assert len(cb.done) == 1
+
+
+class _Slow(IConnectionCallback):
+    """Accepts every group and keeps its ``done``: the test says when it is processed."""
+
+    def __init__(self) -> None:
+        self.done: list[Callable[[int], None]] = []
+
+    def recv(self, batch: MessageBatch) -> None:  # pragma: no cover - groups only
+        raise AssertionError
+
+    def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+        done(ACCEPTED)
+        self.done.append(done)
+
+
+def _sessions_only(net: Net) -> None:
+    if net.variant in ("local", "kafka"):
+        pytest.skip("no connection to break: local is in-process, kafka's records outlive clients")
+
+
+def test_an_ack_due_after_a_reconnect_reaches_the_client(net: Net) -> None:
+    _sessions_only(net)
+    sctx, cctx = net.pair()
+    cb = _Slow()
+    with sctx.bind(TOPO, 0, cb) as server, _connect(cctx, server) as client:
+        h = _header(0, 2, required=PROCESSED)
+        client.send_group(h, _msgs(1, 2))
+        wait_until(lambda: cb.done, what="the group to arrive")
+        assert client.wait_acks([h.key], ACCEPTED, 10) == {h.key: ACCEPTED}
+        # Break the connection while the group is being processed: a frame every client refuses
+        # (the load of 2.5 a worker used to send) makes it drop the connection and reconnect.
+        assert isinstance(server, IOThreadServer)
+        server._command(struct.pack(">hi", -1, 10) + struct.pack(">hd", 1, 2.5))
+        wait_until(
+            lambda: client.metrics()["reconnects"] >= 1 and client.status is ConnectionStatus.READY,
+            what="the client to reconnect",
+        )
+        cb.done[0](PROCESSED)  # the old connection is gone: the ack reaches the client only if it asked again
+        assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
+        assert len(cb.done) == 1
+
+
+def test_a_restarted_server_fails_the_groups_it_lost_and_a_resend_is_answered_anew(net: Net) -> None:
+    _sessions_only(net)
+    sctx, cctx = net.pair(storm__messaging__tcp__min_wait_ms=10, storm__messaging__tcp__max_wait_ms=100)
+    server = sctx.bind(TOPO, 0, _Slow())
+    port = server.port
+    with _connect(cctx, server) as client:
+        h = _header(0, 1, required=PROCESSED)
+        client.send_group(h, _msgs(1, 1))
+        assert client.wait_acks([h.key], ACCEPTED, 10) == {h.key: ACCEPTED}
+        server.close()  # the worker dies with the group accepted, not processed
+        wait_until(lambda: client.status is ConnectionStatus.CONNECTING, what="client to notice")
+        cb = _Slow()
+        restarted = sctx.bind(TOPO, port, cb)
+        try:
+            # The client asks what became of the group; the new worker does not know it: FAILED,
+            # which a writer still waiting takes as "retry now".  This one gave up already:
+            wait_until(lambda: h.key in client._acks, what="the restarted worker's answer")  # type: ignore[attr-defined]
+            client.send_group(h, _msgs(1, 1))  # the retry: answered anew, not by that stale FAILED ...
+            assert FAILED not in client.wait_acks([h.key], PROCESSED, 0).values()  # ... as its writer looks at once
+            wait_until(lambda: cb.done, what="the resent group")
+            cb.done[0](PROCESSED)
+            assert client.wait_acks([h.key], PROCESSED, 10) == {h.key: PROCESSED}
+            assert restarted.metrics()["ack_queries"] == 1
+        finally:
+            restarted.close()
 
 
 def test_processed_groups_are_redelivered_after_the_message_timeout(net: Net) -> None:

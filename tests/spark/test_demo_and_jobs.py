@@ -36,9 +36,24 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     assert "sent == processed: OK" in out.stdout
     sent = int(out.stdout.split("sentences sent by Spark: ")[1].split(";")[0].replace(",", ""))
     assert sent > 0
-    assert "top words:" in out.stdout
+    assert "top words (committed state):" in out.stdout
+    assert "counts exact: OK" in out.stdout
     assert "tuples/s" in out.stdout
     assert "UI: http://127.0.0.1:" in out.stdout
+
+
+def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> None:
+    from spark_storm.spark.demo import _logs_line
+
+    # The demo keeps its workers' logs in its own folder, and a MISMATCH line names them.
+    cluster = LocalCluster(str(_wordcount(tmp_path)), 1, work_dir=tmp_path / "demo" / "workers")
+    with cluster:
+        (slot,) = cluster.slots
+        log = tmp_path / "demo" / "workers" / f"worker-{slot.port}.log"
+        line = _logs_line(cluster, {slot: 0})
+        assert line == f"the worker logs: {log}"
+        assert "listening" in log.read_text()
+        assert _logs_line(cluster, {slot: 1}) == f"the worker logs: {log} (exit code 1)"
 
 
 def run_wordcount_job(

@@ -1,15 +1,20 @@
 from __future__ import annotations
 
 import random
+import struct
 import threading
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from spark_storm.errors import AuthenticationError, ConnectionClosedError, SendTimeoutError
-from spark_storm.messaging import TaskMessage
+from spark_storm.errors import AuthenticationError, ConnectionClosedError, SendTimeoutError, WireFormatError
+from spark_storm.messaging import IConnectionCallback, MessageBatch, TaskMessage
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.transport import make_context
 from spark_storm.transport._backoff import Backoff
-from spark_storm.transport._session import ClientSession
+from spark_storm.transport._base import ClientBase, ServerBase
+from spark_storm.transport._session import ClientProtocol, ClientSession, PeerLimits, ServerPeer, SessionTable
 
 
 def test_backoff_stays_within_bounds_and_grows() -> None:
@@ -100,3 +105,129 @@ def test_client_rejects_a_server_that_cannot_prove_the_secret() -> None:
     ok = open_server.on_auth(client.on_challenge(open_server.on_hello(client.hello())), -1)
     with pytest.raises(AuthenticationError, match="failed to prove the shared secret"):
         client.on_ok(ok)
+
+
+# --- acks of delivery groups across a reconnect -------------------------------------------
+# The client's and the server's protocol objects, fed each other's bytes by hand, so the test
+# chooses exactly what each read holds and where the connection breaks.
+LIMITS = PeerLimits(max_frame_bytes=1 << 20, group_max_frames=100, group_max_bytes=1 << 20)
+#: What the worker used to send when a queue held more than its capacity: a load of 2.5.
+BAD_LOAD = struct.pack(">hi", -1, 10) + struct.pack(">hd", 1, 2.5)
+
+
+class _Link:
+    """A client session and the server (ledger, session table) it talks to, across connections."""
+
+    def __init__(self, callback: IConnectionCallback | None = None) -> None:
+        self.got: list[MessageBatch] = []  # what the server delivered (without a callback of the test's)
+        self.ctx = make_context({"storm.messaging.transport": "local"})
+        server = self.ctx.bind("t", 0, callback or self.got.append)
+        assert isinstance(server, ServerBase)
+        self.server = server
+        self.sessions = SessionTable(8)
+        # The real ClientBase the protocol hands acks to (its wait_acks is what the writer calls).
+        client = self.ctx.connect("t", "127.0.0.1", server.port)
+        assert isinstance(client, ClientBase)
+        self.client = client
+        self.session = ClientSession(1 << 20, 1 << 19, "block", -1, "server")
+
+    def connect(self) -> tuple[ClientProtocol, ServerPeer, list[bytes], bytes]:
+        """Handshake a new connection; return both ends, the server's later writes, and the client's first."""
+        later: list[bytes] = []  # what the server writes to this connection outside a read (acks)
+        proto = ClientProtocol(self.client, self.session, None, "server", 1 << 20)
+        peer = ServerPeer(self.server, self.sessions, None, "client", LIMITS, later.append)
+        to_client = peer.on_bytes(proto.hello())  # CHALLENGE
+        to_client = peer.on_bytes(b"".join(proto.on_bytes(b"".join(to_client))))  # AUTH -> OK
+        after_ok = b"".join(proto.on_bytes(b"".join(to_client)))
+        assert proto.ready
+        assert peer.ready
+        return proto, peer, later, after_ok
+
+    def close(self) -> None:
+        self.ctx.term()
+
+
+@pytest.fixture
+def link() -> Iterator[_Link]:
+    made = _Link()
+    yield made
+    made.close()
+
+
+def test_an_ack_lost_with_its_connection_is_asked_for_again_after_the_reconnect(link: _Link) -> None:
+    # The demo's stall: the worker received a group, sent its RECEIPT and then its ACK; the
+    # client read the receipt, and the ACK came in the same read as a frame it refused (a
+    # load of 2.5), so the connection was dropped with the ACK undecoded.  The group is not
+    # resent (OK's resume covers it), and the writer waited for that ACK until ackTimeoutMs.
+    header = BatchHeader("q", 1, 0, 0, 2)
+    link.session.admit([TaskMessage(1, b"a"), TaskMessage(1, b"b")], header)
+    proto, peer, later, _ = link.connect()
+    receipt = peer.on_bytes(b"".join(link.session.take_outbox()))
+    assert link.got == [MessageBatch([1, 1], [b"a", b"b"])]
+    [ack] = later
+    proto.on_bytes(b"".join(receipt))
+    with pytest.raises(WireFormatError, match=r"outside 0\.\.1"):
+        proto.on_bytes(ack + BAD_LOAD)  # the transport drops the connection
+    peer.release()
+    assert link.client.wait_acks([header.key], ACCEPTED, 0) == {}
+
+    proto, peer, later, after_ok = link.connect()
+    assert link.session.take_outbox() == []  # the server has the group: nothing is resent ...
+    assert peer.on_bytes(after_ok) == []
+    proto.on_bytes(b"".join(later))  # ... but its ack is asked for, and comes
+    assert link.client.wait_acks([header.key], ACCEPTED, 0) == {header.key: ACCEPTED}
+    assert len(link.got) == 1
+    assert link.server.metrics()["ack_queries"] == 1
+    # Answered: a later reconnect asks nothing.
+    _, _, later, after_ok = link.connect()
+    assert after_ok == b""
+
+
+def test_a_processed_ack_due_after_the_reconnect_reaches_the_new_connection() -> None:
+    class Slow(IConnectionCallback):
+        def __init__(self) -> None:
+            self.done: list[Callable[[int], None]] = []
+
+        def recv(self, batch: MessageBatch) -> None:  # pragma: no cover - groups only
+            raise AssertionError
+
+        def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
+            done(ACCEPTED)
+            self.done.append(done)
+
+    slow = Slow()
+    link = _Link(slow)
+    try:
+        header = BatchHeader("q", 1, 0, 0, 1, PROCESSED)
+        link.session.admit([TaskMessage(1, b"a")], header)
+        proto, peer, later, _ = link.connect()
+        proto.on_bytes(b"".join(peer.on_bytes(b"".join(link.session.take_outbox()))) + b"".join(later))
+        assert link.client.wait_acks([header.key], PROCESSED, 0) == {header.key: ACCEPTED}
+        peer.release()  # the connection breaks while the group's tuples are being processed
+
+        proto, peer, later, after_ok = link.connect()
+        peer.on_bytes(after_ok)
+        assert later == []  # accepted, not yet processed: the ack waits
+        slow.done[0](PROCESSED)
+        proto.on_bytes(b"".join(later))
+        assert link.client.wait_acks([header.key], PROCESSED, 0) == {header.key: PROCESSED}
+    finally:
+        link.close()
+
+
+def test_a_restarted_server_answers_failed_so_the_writer_retries_at_once(link: _Link) -> None:
+    header = BatchHeader("q", 1, 0, 0, 1)
+    link.session.admit([TaskMessage(1, b"a")], header)
+    proto, peer, _, _ = link.connect()
+    proto.on_bytes(b"".join(peer.on_bytes(b"".join(link.session.take_outbox()))))  # the receipt, not the ack
+    peer.release()
+    # A new worker process on the same port: another ledger, another session table.
+    restarted = _Link()
+    try:
+        restarted.session, restarted.client = link.session, link.client
+        proto, peer, later, after_ok = restarted.connect()
+        peer.on_bytes(after_ok)
+        proto.on_bytes(b"".join(later))
+        assert link.client.wait_acks([header.key], ACCEPTED, 0) == {header.key: FAILED}
+    finally:
+        restarted.close()

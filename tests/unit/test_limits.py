@@ -12,6 +12,7 @@ from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import (
     HANDSHAKE_MAX_BYTES,
     MAX_QUERY_ID_BYTES,
+    PROTOCOL_VERSION,
     Auth,
     BatchHeader,
     Eob,
@@ -44,7 +45,7 @@ def _peer(server: ServerBase, **kw: object) -> ServerPeer:
 
 
 def _handshake() -> bytes:
-    return encode_control(Hello(1, "t", b"s" * 16, b"n" * 16)) + encode_control(Auth(b""))
+    return encode_control(Hello(PROTOCOL_VERSION, "t", b"s" * 16, b"n" * 16)) + encode_control(Auth(b""))
 
 
 def test_query_ids_over_the_encoder_limit_are_refused_by_the_decoder() -> None:

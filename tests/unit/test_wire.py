@@ -14,6 +14,7 @@ from spark_storm.messaging.wire import (
     BatchAck,
     BatchCommit,
     BatchHeader,
+    BatchQuery,
     Challenge,
     Close,
     Eob,
@@ -68,6 +69,14 @@ controls = st.one_of(
         st.integers(0, 255),
     ),
     st.builds(BatchCommit, text, st.integers(0, 2**62)),
+    st.builds(
+        BatchQuery,
+        text,
+        st.integers(-(2**62), 2**62),
+        st.integers(0, 2**31 - 1),
+        st.integers(0, 2**62),
+        st.sampled_from([1, 2]),
+    ),
 )
 items = st.lists(st.one_of(messages, controls), max_size=12)
 
@@ -171,7 +180,15 @@ def test_control_bodies_are_validated() -> None:
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -702, 5) + b"abcde")
     with pytest.raises(WireFormatError, match="load-metrics"):
         FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, 3) + b"abc")
+    query = encode_control(BatchQuery("q", 1, 2, 3, 2))
+    assert query[:2] == struct.pack(">h", -805)
+    with pytest.raises(WireFormatError, match="batch query has required 7"):
+        FrameDecoder(LIMIT).feed(query[:6] + struct.pack(">qiqB", 1, 2, 3, 7) + b"q")
     for bad in (float("nan"), float("inf"), -0.5, 1.5):
         body = struct.pack(">hd", 3, bad)
         with pytest.raises(WireFormatError, match=r"outside 0\.\.1"):
             FrameDecoder(LIMIT).feed(struct.pack(">hi", -1, len(body)) + body)
+        # ... and the encoder refuses to send it, with the task and the value: every decoder
+        # would take such a frame for a broken peer and drop the connection.
+        with pytest.raises(WireFormatError, match=rf"load {bad!r} of task 3 is outside 0\.0\.\.1\.0"):
+            encode_control(LoadMetrics({1: 0.5, 3: bad}))

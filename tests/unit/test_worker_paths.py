@@ -21,7 +21,15 @@ from spark_storm.codec.payloads import arrow_payload, columnar_metadata, pack_tu
 from spark_storm.codec.tuples import Tuple
 from spark_storm.config import Config
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.messaging.wire import (
+    ACCEPTED,
+    FAILED,
+    PROCESSED,
+    BatchHeader,
+    FrameDecoder,
+    LoadMetrics,
+    encode_control,
+)
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker.acker import GroupTracker, new_edge
 from spark_storm.worker.executor import BatchExecutor, TupleExecutor
@@ -177,6 +185,28 @@ def test_a_processed_group_roots_one_tree_per_tuple_and_per_arrow_batch(world: W
     assert statuses == [ACCEPTED, PROCESSED]
     [writer] = world.receiver.writers.snapshot()
     assert (writer["query_id"], writer["last_batch_id"], writer["rows"], writer["groups"]) == ("q", 7, 4, 1)
+
+
+def test_a_queue_over_its_capacity_reports_load_1_which_peers_accept() -> None:
+    # A group larger than a whole executor queue enters it when it is empty (it would never
+    # fit otherwise), as the first micro-batch after a slow start does: the queue is full,
+    # and its load is 1.0.  A load over 1.0 made every client of the worker take the load
+    # frame for a protocol error and reconnect, and acks died with the old connections.
+    w = World(A, **{"topology.executor.receive.buffer.size": 4})
+    try:
+        rows = pa.record_batch({"key": [f"k{i}" for i in range(10)], "n": list(range(10))})
+        statuses: list[int] = []
+        w.receiver.recv_group(BatchHeader("q", 1, 0, 0, 1), MessageBatch([1], [arrow_payload(rows)]), statuses.append)
+        assert statuses == [ACCEPTED]
+        queue = w.state.queue_of(1)
+        assert queue is not None
+        assert len(queue) == 10 > queue.capacity
+        loads = w.state.task_loads()
+        assert loads[1] == 1.0
+        assert w.state.get_load([1]) == {1: 1.0}
+        assert FrameDecoder(1 << 16).feed(encode_control(LoadMetrics(loads))) == [LoadMetrics(loads)]
+    finally:
+        w.close()
 
 
 def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world: World) -> None:

@@ -1,0 +1,35 @@
+"""Storm's multilang protocol, pure: messages, serializers (JSON, msgpack) and the child process runner.
+
+The worker's adapters (:mod:`spark_storm.worker.multilang`: ``ShellBolt``, ``ShellSpout``)
+use these to run bolts and spouts written in any language, streamparse/pystorm
+components included, as subprocesses.  Nothing here imports the worker.
+"""
+
+from __future__ import annotations
+
+from spark_storm.multilang.process import Backoff, Outbox, ShellProcess, check_command
+from spark_storm.multilang.protocol import HEARTBEAT_STREAM, SYSTEM_TASK, Emit, handshake, parse_emit
+from spark_storm.multilang.serializers import (
+    JsonSerializer,
+    MsgpackSerializer,
+    ProtocolError,
+    Serializer,
+    make_serializer,
+)
+
+__all__ = [
+    "HEARTBEAT_STREAM",
+    "SYSTEM_TASK",
+    "Backoff",
+    "Emit",
+    "JsonSerializer",
+    "MsgpackSerializer",
+    "Outbox",
+    "ProtocolError",
+    "Serializer",
+    "ShellProcess",
+    "check_command",
+    "handshake",
+    "make_serializer",
+    "parse_emit",
+]

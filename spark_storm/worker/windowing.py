@@ -1,0 +1,259 @@
+"""What tuple and batch windows share: event time, watermarks, which windows are due, sessions.
+
+Windows are aligned as Spark's ``window()`` aligns them: a window of length ``L`` sliding by
+``S`` covers ``[s, s + L)`` for every ``s`` that is a multiple of ``S`` (epoch milliseconds).
+A duration window is kept as *panes* of ``gcd(L, S)`` milliseconds, so a tuple is stored
+once however many sliding windows hold it, and a window is the panes it spans.
+
+The watermark of a task is the minimum over its inputs (``component/stream``) of the
+newest event time seen on that input, minus the lag (Storm's ``WaterMarkEventGenerator``
+and Flink take the same minimum); it advances with every tuple, so what is late and when
+a window closes depend only on the input, not on timers.  A tuple older than the
+watermark is late.  A window is due once the watermark reaches its end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Generic, TypeVar
+
+from spark_storm.errors import WindowError
+
+__all__ = [
+    "NO_TIME",
+    "Session",
+    "Sessions",
+    "Watermark",
+    "due_starts",
+    "event_ms",
+    "first_open_start",
+    "next_end",
+]
+
+#: "No time yet": below every event time.
+NO_TIME: Final = -(1 << 62)
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_NAIVE: Final = dt.datetime(1970, 1, 1)
+_MS: Final = dt.timedelta(milliseconds=1)
+
+
+def event_ms(value: Any, field: str) -> int:
+    """Return an event time in epoch milliseconds.
+
+    A ``datetime`` (Spark's ``TimestampType`` arrives zone-aware; a naive one, Spark's
+    ``TimestampNTZType``, is read as UTC) or epoch milliseconds (int, or a float's whole part).
+
+    Raises
+    ------
+    WindowError
+        None, another type, or a float that is not finite; names the field and the value.
+    """
+    kind = type(value)
+    if kind is int:
+        return int(value)
+    if isinstance(value, dt.datetime):  # pandas' Timestamp is one too
+        return int((value - (_EPOCH if value.tzinfo is not None else _EPOCH_NAIVE)) // _MS)
+    if kind is float and math.isfinite(value):
+        return int(math.floor(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int(value)
+    msg = (
+        f"event time field {field!r} holds {value!r} ({type(value).__name__}); it must be a timestamp "
+        "(Spark's TimestampType) or epoch milliseconds (an integer)"
+    )
+    raise WindowError(msg)
+
+
+class Watermark:
+    """The newest event time per input and the watermark: their minimum minus ``lag``.
+
+    Until every input has sent an event the watermark stays at :data:`NO_TIME` (Storm waits
+    for every input stream likewise), so no window closes on one input's word alone.
+    """
+
+    __slots__ = ("lag", "maxes", "value")
+
+    def __init__(self, inputs: int, lag: int) -> None:
+        self.maxes = [NO_TIME] * max(1, inputs)
+        self.lag = lag
+        self.value = NO_TIME
+
+    def advance(self, slot: int, ts: int) -> None:
+        """Input ``slot`` saw ``ts`` (newer than its maximum)."""
+        maxes = self.maxes
+        maxes[slot] = ts
+        low = ts if len(maxes) == 1 else min(maxes)
+        if low != NO_TIME:
+            value = low - self.lag
+            if value > self.value:
+                self.value = value
+
+    def restore(self, maxes: list[int]) -> None:
+        if len(maxes) == len(self.maxes):
+            self.maxes = [int(m) for m in maxes]
+        low = min(self.maxes)
+        self.value = NO_TIME if low == NO_TIME else low - self.lag
+
+
+def first_open_start(fired: int, length: int, slide: int) -> int:
+    """Return the first window start whose window ends after ``fired`` (windows before it are done)."""
+    if fired <= NO_TIME:
+        return NO_TIME
+    return ((fired - length) // slide + 1) * slide
+
+
+def next_end(fired: int, length: int, slide: int) -> int:
+    """Return the first window end after ``fired``: the watermark that makes the next window due."""
+    if fired <= NO_TIME:
+        return NO_TIME
+    return first_open_start(fired, length, slide) + length
+
+
+def due_starts(panes: Iterable[int], fired: int, watermark: int, length: int, slide: int, pane: int) -> list[int]:
+    """Return the starts of the windows due now: their end in ``(fired, watermark]``, holding at least one pane.
+
+    Only windows that hold a pane are returned, so a jump of the watermark over a long
+    silence costs the panes held, not the windows passed.
+    """
+    hi = watermark - length  # start <= hi: the window ended
+    lo = fired - length if fired > NO_TIME else NO_TIME  # start > lo: it had not ended before
+    if hi <= lo:
+        return []
+    out: set[int] = set()
+    for p in panes:
+        # windows holding pane p start in [p + pane - length, p]
+        a = max(lo + 1, p + pane - length)
+        b = min(hi, p)
+        s = -((-a) // slide) * slide  # the first multiple of slide >= a
+        while s <= b:
+            out.add(s)
+            s += slide
+    return sorted(out)
+
+
+P = TypeVar("P")
+
+
+class Session(Generic[P]):
+    """One session of one key: its first and last event time and what it holds."""
+
+    __slots__ = ("alive", "key", "last", "payload", "start")
+
+    def __init__(self, key: Any, start: int, last: int, payload: P) -> None:
+        self.key = key
+        self.start = start
+        self.last = last
+        self.payload = payload
+        self.alive = True
+
+
+class Sessions(Generic[P]):
+    """Session windows per key, closed by a gap (Spark's ``session_window`` and Flink's).
+
+    An event at ``ts`` opens ``[ts, ts + gap)``; sessions whose spans overlap merge, so a
+    session is ``[first event, last event + gap)``.  ``join`` merges two payloads.
+    """
+
+    def __init__(self, gap: int, join: Callable[[P, P], P]) -> None:
+        self.gap = gap
+        self._join = join
+        self.by_key: dict[Any, list[Session[P]]] = {}
+        self._heap: list[tuple[int, int, Session[P]]] = []
+        self._seq = 0
+        self.dirty: set[Any] = set()
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_key.values())
+
+    def place(self, key: Any, ts: int) -> Session[P] | None:
+        """Return the open session of ``key`` that an event at ``ts`` joins, or None (a new one)."""
+        sessions = self.by_key.get(key)
+        if not sessions:
+            return None
+        last = sessions[-1]
+        gap = self.gap
+        if last.start - gap < ts < last.last + gap and (len(sessions) == 1 or ts >= last.start):
+            return self.grow(key, last, ts, ts)
+        for s in sessions:
+            if s.start - gap < ts < s.last + gap:
+                return self.grow(key, s, ts, ts)
+        return None
+
+    def open(self, key: Any, start: int, last: int, payload: P) -> Session[P]:
+        """Add a session (and merge it with any it overlaps)."""
+        session = Session(key, start, last, payload)
+        sessions = self.by_key.setdefault(key, [])
+        sessions.append(session)
+        if len(sessions) > 1 and sessions[-2].start > start:
+            sessions.sort(key=lambda s: s.start)
+        self._merge_around(key, session)
+        self._push(session)
+        self.dirty.add(key)
+        return session
+
+    def grow(self, key: Any, session: Session[P], low: int, high: int) -> Session[P]:
+        """Widen an open session to events from ``low`` to ``high`` (merging any it then overlaps)."""
+        changed_end = high > session.last
+        if low < session.start:
+            session.start = low
+        if changed_end:
+            session.last = high
+        merged = self._merge_around(key, session)
+        if changed_end or merged:
+            self._push(session)
+        self.dirty.add(key)
+        return session
+
+    def _merge_around(self, key: Any, session: Session[P]) -> bool:
+        sessions = self.by_key[key]
+        gap = self.gap
+        merged = False
+        for other in list(sessions):
+            if other is session or not other.alive:
+                continue
+            if other.start < session.last + gap and session.start < other.last + gap:
+                session.start = min(session.start, other.start)
+                session.last = max(session.last, other.last)
+                session.payload = self._join(session.payload, other.payload)
+                other.alive = False
+                sessions.remove(other)
+                merged = True
+        return merged
+
+    def _push(self, session: Session[P]) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (session.last + self.gap, self._seq, session))
+
+    @property
+    def next_end(self) -> int | None:
+        """The end of the session that closes first (or None)."""
+        heap = self._heap
+        while heap and (not heap[0][2].alive or heap[0][0] != heap[0][2].last + self.gap):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def close_until(self, watermark: int) -> list[Session[P]]:
+        """Remove and return the sessions whose end is at or before ``watermark``, by end."""
+        out: list[Session[P]] = []
+        heap = self._heap
+        gap = self.gap
+        while heap and heap[0][0] <= watermark:
+            end, _, session = heapq.heappop(heap)
+            if not session.alive or end != session.last + gap:
+                continue  # merged away, or grown since
+            session.alive = False
+            sessions = self.by_key[session.key]
+            sessions.remove(session)
+            if not sessions:
+                del self.by_key[session.key]
+            self.dirty.add(session.key)
+            out.append(session)
+        return out
+
+    def clear(self) -> None:
+        self.by_key.clear()
+        self._heap.clear()
+        self.dirty.clear()
