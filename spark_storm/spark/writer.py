@@ -22,10 +22,12 @@ Cluster mode (``option("zookeeper", ...)``): the plan comes from the assignment 
 read for this micro-batch; a retried task (attempt > 0: its worker may have died) reads the
 current assignment again, and the pool closes its connections to workers that a newer
 assignment no longer names.  A task waiting for acks gives up early when a newer
-assignment drops one of its plan's workers (trees through it never complete).  The
-sequence carries the assignment version (``version << 32 | n``): a retry on another
-assignment routes rows elsewhere, so its groups must not be taken for replays of the first
-attempt's (same plan: same keys, deduplicated as in static mode).
+assignment drops one of its plan's workers (trees through it never complete).  Groups are
+made per source task there, keyed by (joined batch, task) — ``index << 16 | position of the
+task`` — not per worker: a retry on another assignment routes each task's rows to the
+task's new worker under the key they had, so a worker that has them (a task that did not
+move, or the input log of one that did) drops them as replays, and a worker never takes
+other rows for a replay (:func:`delivery_groups`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "await_acks",
     "coalesce",
     "commit_batch",
+    "delivery_groups",
     "route_batch",
     "write_partition",
 ]
@@ -237,6 +240,33 @@ def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Record
         yield held[0] if len(held) == 1 else pa.concat_batches(held)
 
 
+#: Cluster mode: a group's sequence is ``joined batch index << _TASK_BITS | position of its task``.
+_TASK_BITS = 16
+
+
+def delivery_groups(
+    options: StormOptions, index: int, sequence: int, messages: list[TaskMessage]
+) -> list[tuple[int, list[TaskMessage]]]:
+    """Split what one worker gets from joined batch ``index`` into delivery groups: (sequence, messages).
+
+    Static mode: one group, numbered in send order (``sequence``: the groups sent so far);
+    the plan never changes, so a retry makes the same groups under the same keys.  Cluster
+    mode: one group per source task, numbered by (``index``, the task's position among the
+    component's tasks), whatever the assignment: the rows of a task in a joined batch are
+    the same in every attempt (the routing depends on the tasks, not on the workers), so a
+    retry on a newer assignment sends them under the key they had, wherever the task now
+    runs — a worker that has them logged (a stateful topology's input log moves with its
+    task) or delivered drops them as a replay.
+    """
+    if not options.assignment_version:
+        return [(sequence, messages)]
+    by_task: dict[int, list[TaskMessage]] = {}
+    for message in messages:
+        by_task.setdefault(message.task, []).append(message)
+    position = {task: i for i, task in enumerate(options.tasks)}
+    return [((index << _TASK_BITS) | position[task], group) for task, group in sorted(by_task.items())]
+
+
 def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) -> StormCommitMessage:
     """Send one partition of one micro-batch; return only once it is acknowledged."""
     query_id, batch_id, partition, attempt = _ids(options)
@@ -258,24 +288,19 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     result = StormCommitMessage(query_id, batch_id, partition)
     pending: dict[Slot, list[tuple[str, int, int, int]]] = {}
     sequence = 0
-    # Cluster mode: a retry on a newer assignment routes rows to other workers, so its groups are
-    # not the first attempt's; the assignment version in the sequence keeps their keys apart (a
-    # worker would otherwise drop them as replays of different rows).  0 in static mode.
-    version_base = options.assignment_version << 32
     started = time.monotonic()
     conns: dict[Slot, IClient] = {}
-    for rb in coalesce(batches, options.max_rows * len(options.tasks)):
+    for index, rb in enumerate(coalesce(batches, options.max_rows * len(options.tasks))):
         by_slot = route_batch(options, router, rb)
         for slot in sorted(by_slot):
             msgs = by_slot[slot]
             conn = conns.get(slot) or conns.setdefault(slot, POOL.connection(options, slot))
             if options.delivery:
-                header = BatchHeader(
-                    query_id, batch_id, partition, version_base + sequence, len(msgs), options.delivery
-                )
-                conn.send_group(header, msgs)
-                pending.setdefault(slot, []).append(header.key)
-                sequence += 1
+                for number, group in delivery_groups(options, index, sequence, msgs):
+                    header = BatchHeader(query_id, batch_id, partition, number, len(group), options.delivery)
+                    conn.send_group(header, group)
+                    pending.setdefault(slot, []).append(header.key)
+                    sequence += 1
             else:
                 conn.send(msgs)
             result.messages += len(msgs)

@@ -286,6 +286,22 @@ class InputLog(abc.ABC):
     def entries(self, after: int) -> Iterator[LogRecord]:
         """Yield the records of epochs after ``after``, in the order they were appended."""
 
+    def replayable(self, after: int) -> Iterator[LogRecord]:
+        """Yield what a replay after ``after`` publishes: :meth:`entries`, each delivery group once.
+
+        A task that moved between workers has had two writers: the old one may log a group
+        after the new one opened the log (so the new one's :meth:`has` does not know it), and a
+        sender's retry then logs it again.  Its first record counts; plain messages (no key)
+        all do.
+        """
+        seen: set[GroupKey] = set()
+        for record in self.entries(after):
+            if record.key is not None:
+                if record.key in seen:
+                    continue
+                seen.add(record.key)
+            yield record
+
     @abc.abstractmethod
     def retag(self, after: int, epoch: int) -> None:
         """Move every segment of an epoch after ``after`` to ``epoch`` (a rollback folds them into one)."""

@@ -268,6 +268,14 @@ class Coordinator:
                         for s in statuses.values()
                         if s.epoch > committed and not s.dirty
                     ]
+                    # A worker behind the others' generation (it started, or was assigned tasks,
+                    # after their last rollback) had what it emitted since dropped on arrival, and
+                    # would refuse the PREPARE: everyone rolls back together.
+                    dirty += [
+                        f"{s.worker}: generation {s.generation}, the others are at {generation}"
+                        for s in statuses.values()
+                        if s.generation < generation and not s.dirty and s.epoch <= committed
+                    ]
                     if dirty:
                         rolled = committed
                         self._rollback(committed, generation + 1, dirty)

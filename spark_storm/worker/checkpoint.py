@@ -576,7 +576,7 @@ class CheckpointManager:
             while True:
                 progressed = False
                 for task, log in list(self._logs.items()):
-                    records = list(log.entries(epoch))
+                    records = list(log.replayable(epoch))
                     for record in records[done.get(task, 0) :]:
                         if self.generation != generation:
                             return  # another rollback took over
@@ -587,7 +587,7 @@ class CheckpointManager:
                 if progressed:
                     continue
                 with self.gate:  # nothing new: what the receive path accepts from now on it publishes itself
-                    if all(sum(1 for _ in log.entries(epoch)) == done.get(t, 0) for t, log in self._logs.items()):
+                    if all(sum(1 for _ in log.replayable(epoch)) == done.get(t, 0) for t, log in self._logs.items()):
                         self.replaying = False
                         with self._cond:
                             self._cond.notify_all()

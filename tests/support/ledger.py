@@ -30,9 +30,9 @@ from tests.helpers import wait_until
 
 
 def ledger_topology(
-    tmp: Path, *, batch: bool = False, name: str = "ledger", conf: dict[str, Any] | None = None
+    tmp: Path, *, batch: bool = False, name: str = "ledger", conf: dict[str, Any] | None = None, sources: int = 2
 ) -> Path:
-    """in (source, 2 tasks) -> mid (pass-through, 2) -> ledger (stateful, 4 tasks, fields key)."""
+    """in (source, ``sources`` tasks) -> mid (pass-through, 2) -> ledger (stateful, 4 tasks, fields key)."""
     topo = {
         "name": name,
         "conf": {
@@ -41,7 +41,7 @@ def ledger_topology(
             **(conf or {}),
         },
         "components": [
-            {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": 2},
+            {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": sources},
             {
                 "id": "mid",
                 "bolt": "spark_storm.worker.bolt:PassThroughBolt",

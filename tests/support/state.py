@@ -54,3 +54,14 @@ def check_input_log(backend: StateBackend) -> None:
     log.set_committed_batches({"q": 4})
     log.set_committed_batches({"q": 3, "r": 1})
     assert log.committed_batches() == {"q": 4, "r": 1}
+    # a task that moved: its new worker opened the log before the old one logged a group, and a
+    # sender's retry of that group is logged again there; a replay publishes it once
+    new = backend.input_log(5, "h:6701")
+    old = backend.input_log(5, "h:6700")
+    group = LogRecord(("q", 9, 0, 0), [b"g"])
+    old.append(group, 1)
+    old.append(LogRecord(None, [b"plain"]), 1)
+    new.append(group, 1)
+    new.append(LogRecord(None, [b"plain"]), 1)
+    assert len(list(new.entries(0))) == 4
+    assert list(new.replayable(0)) == [group, LogRecord(None, [b"plain"]), LogRecord(None, [b"plain"])]
