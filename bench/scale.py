@@ -21,8 +21,9 @@ exchange tuples: Storm's worker connects to the workers of its outbound tasks).
     python -m bench.scale [--workers 1,2,4,8] [--messages 400000] [--rounds 3] [--parallelism 8]
                           [--idle 3] [--set KEY=VALUE] [--profile DIR]
 
-``--profile DIR`` records each worker with py-spy (if it is on PATH) during the largest
-run of the last round, as speedscope files in DIR.
+``--profile DIR`` records every worker with py-spy (if it is on PATH or beside this
+Python) during each run of the last round, as collapsed stacks in DIR, and prints the
+functions with the most samples per worker count.
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ def topology(parallelism: int) -> dict[str, Any]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(utime, stime) of a process (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 def threads(pid: int) -> int:
@@ -149,8 +150,12 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             task = sources[i % len(sources)]
             msgs.setdefault(cluster.plan.task_slot[task], []).append(TaskMessage(task, p))
 
+        def user_sys() -> tuple[float, float]:
+            times = [cpu_seconds(p) for p in [me, *pids]]
+            return sum(u for u, _ in times), sum(s for _, s in times)
+
         def total_cpu() -> float:
-            return sum(cpu_seconds(p) for p in [me, *pids])
+            return sum(user_sys())
 
         time.sleep(1.0)  # connections made, executors active
         c0, t0 = total_cpu(), time.perf_counter()
@@ -164,31 +169,18 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
         th = [threads(p) for p in pids]
         health0 = {s: cluster.health(s) for s in cluster.slots}
         switches0 = sum(context_switches(p) for p in [me, *pids])
-        if profile is not None and shutil.which("py-spy"):
+        spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        if profile is not None and spy:
             profile.mkdir(parents=True, exist_ok=True)
             for i, p in enumerate(pids):
-                out = profile / f"scale-{workers}w-worker{i}.speedscope.json"
-                spies.append(
-                    subprocess.Popen(
-                        [
-                            "py-spy",
-                            "record",
-                            "--pid",
-                            str(p),
-                            "--format",
-                            "speedscope",
-                            "--output",
-                            str(out),
-                            "-r",
-                            "50",
-                        ],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
+                out = profile / f"scale-{workers}w-worker{i}.txt"
+                cmd = [spy, "record", "--pid", str(p), "--format", "raw", "--output", str(out), "--rate", "100"]
+                cmd += ["--gil", "--nonblocking"]  # the thread holding the GIL: where Python spends CPU
+                spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
         n = args.messages - args.messages % batch
-        c0, t0 = total_cpu(), time.perf_counter()
+        u0, s0 = user_sys()
+        c0, t0 = u0 + s0, time.perf_counter()
         for _ in range(n // batch):
             for slot, chunk in msgs.items():
                 conns[slot].send(chunk)
@@ -202,8 +194,10 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             time.sleep(POLL_S)
         polled += 1
         secs = time.perf_counter() - t0
-        cpu = total_cpu() - c0 - polled * per_poll
+        u1, s1 = user_sys()
+        cpu = u1 + s1 - c0 - polled * per_poll
         switches = sum(context_switches(p) for p in [me, *pids]) - switches0
+        _stop_spies(spies)
         health = {s: cluster.health(s) for s in cluster.slots}
         opened = sum(len(h["connections"]) for h in health.values())
         used = sum(1 for h in health.values() for c in h["connections"].values() if c.get("sent", 0) > 0)
@@ -223,6 +217,7 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             "idle_per_s": idle_per_s,
             "threads": th,
             "switches": switches,
+            "sys_share": (s1 - s0) / max(1e-9, u1 + s1 - c0),
             "remote": remote,
             "publishes": publishes,
             "wakeups": wakeups,
@@ -232,23 +227,29 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             "load": os.getloadavg()[0],
         }
     finally:
-        for proc in spies:  # py-spy writes its profile on SIGINT
-            proc.send_signal(signal.SIGINT)
-            proc.wait(60)
+        _stop_spies(spies)
         ctx.term()
         cluster.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _stop_spies(spies: list[subprocess.Popen[bytes]]) -> None:
+    for proc in spies:  # py-spy writes its profile on SIGINT
+        proc.send_signal(signal.SIGINT)
+    for proc in spies:
+        proc.wait(60)
+    spies.clear()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated")
-    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parallelism", type=int, default=8, help="executors per component")
     parser.add_argument("--idle", type=float, default=3.0, help="seconds of the idle measurement")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a worker setting")
-    parser.add_argument("--profile", type=Path, help="py-spy each worker of the largest run of the last round")
+    parser.add_argument("--profile", type=Path, help="py-spy every worker in the last round; stacks go here")
     args = parser.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     started = os.getloadavg()[0]
     for r in range(args.rounds):
         for w in counts:
-            last = r == args.rounds - 1 and w == max(counts)
+            last = r == args.rounds - 1
             res = run(w, args, overrides, args.profile if last else None)
             per_m = res["cpu"] / res["tuples"] * 1e6
             print(
@@ -293,15 +294,49 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "met" if ratio <= 1.5 else "NOT met"
     print(f"\nat {top} workers: {ratio:.2f}x the CPU per tuple at {counts[0]} (target <= 1.5x: {verdict})")
     print("\nper 1000 tuples (each executed by 3 bolts):")
-    print(f"{'workers':>7s} {'remote msgs':>11s} {'queue publishes':>15s} {'wake-ups':>9s} {'ctx switches':>12s}")
+    print(
+        f"{'workers':>7s} {'remote sends':>12s} {'queue publishes':>15s} {'wake-ups':>9s} {'ctx switches':>12s} "
+        f"{'system CPU':>10s}"
+    )
     for w in counts:
         b = best[w]
         k = b["tuples"] / 1000
         print(
-            f"{w:7d} {b['remote'] / k:11.0f} {b['publishes'] / k:15.1f} {b['wakeups'] / k:9.1f} "
-            f"{b['switches'] / k:12.1f}"
+            f"{w:7d} {b['remote'] / k:12.1f} {b['publishes'] / k:15.1f} {b['wakeups'] / k:9.1f} "
+            f"{b['switches'] / k:12.1f} {b['sys_share']:10.0%}"
         )
+    if args.profile is not None:
+        for w in counts:
+            print(f"\npy-spy --gil, {w} workers (last round; 100 samples/s of each worker's GIL holder):")
+            print(profile_summary(sorted(args.profile.glob(f"scale-{w}w-worker*.txt"))))
     return 0
+
+
+def profile_summary(files: list[Path], top: int = 14) -> str:
+    """The functions with the most samples on top of the stack (self), and a few inclusive totals."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for f in files:
+        for line in f.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack or not count.isdigit():
+                continue
+            n = int(count)
+            total += n
+            frames = stack.split(";")
+            own[frames[-1]] = own.get(frames[-1], 0) + n
+            for frame in set(frames):
+                inclusive[frame] = inclusive.get(frame, 0) + n
+    if not total:
+        return "  (no samples: is py-spy allowed to attach here?)"
+    lines = [f"  {total:,} samples; self:"]
+    for frame, n in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {n / total:6.1%}  {frame}")
+    lines.append("  inclusive:")
+    for frame, n in sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {n / total:6.1%}  {frame}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

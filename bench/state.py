@@ -63,6 +63,7 @@ from bench.latency import _Recorder, hop
 from bench.worker import executed
 from spark_storm.codec.payloads import arrow_payload
 from spark_storm.codec.tuples import Tuple
+from spark_storm.errors import StormError
 from spark_storm.messaging import TaskMessage
 from spark_storm.state import KeyValueState
 from spark_storm.topology import Slot
@@ -411,6 +412,92 @@ class _Watcher:
         self._thread.join(5)
 
 
+class _Sampler:
+    """Each worker's Spark-writer counters from /health, 10 times a second: when groups arrive, fail, replay."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.samples: list[tuple[float, Slot, int, int, int]] = []  # wall, worker, groups, replays, failed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sample", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for slot in self.cluster.slots:
+                try:
+                    writers = self.cluster.health(slot, timeout=1.0)["writers"]
+                except (OSError, StormError):  # a dead or starting worker: no sample
+                    continue
+                self.samples.append(
+                    (
+                        time.time(),
+                        slot,
+                        sum(w["groups"] for w in writers),
+                        sum(w["replays"] for w in writers),
+                        sum(w["failed"] for w in writers),
+                    )
+                )
+
+    def steps(self, victim: Slot, since: float) -> list[tuple[float, str]]:
+        """When, after ``since``, the restarted victim got its first group and a worker saw resent groups."""
+        out: list[tuple[float, str]] = []
+        before: dict[Slot, tuple[int, int, int]] = {}
+        noted: set[str] = set()
+        for wall, slot, groups, replays, failed in list(self.samples):
+            if wall < since:
+                before[slot] = (groups, replays, failed)
+                continue
+            who = "victim" if slot == victim else "survivor"
+            g0, r0, f0 = before.get(slot, (0, 0, 0)) if slot != victim else (0, 0, 0)
+            for what, now, was in (
+                ("a Spark group arrives", groups, g0),
+                ("a group is a replay (Spark's task retry resent it)", replays, r0),
+                ("a group acked FAILED", failed, f0),
+            ):
+                step = f"{who} worker: {what}"
+                if now > was and step not in noted:
+                    noted.add(step)
+                    out.append((wall, step))
+        return out
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+#: Worker log lines that mark the steps of a recovery (first match after the kill, per worker).
+_WORKER_STEPS = (
+    ("listening", "listening"),
+    ("executors active", "executors active"),
+    ("lost the connection", "lost the connection"),
+    ("paused for a rollback", "paused for a rollback"),
+    ("rolled back to epoch", "rolled back, replaying"),
+)
+
+
+def _worker_steps(log: Path, since_wall: float) -> list[tuple[float, str]]:
+    """(wall time, step) of the first line of each recovery step in a worker log, after ``since_wall``."""
+    out: list[tuple[float, str]] = []
+    seen: set[str] = set()
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            stamp = time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")) + int(line[20:23]) / 1000
+        except ValueError:
+            continue
+        if stamp < since_wall:
+            continue
+        for needle, step in _WORKER_STEPS:
+            if needle in line and step not in seen:
+                seen.add(step)
+                out.append((stamp, step))
+    return out
+
+
 def _wait(pred: Callable[[], bool], what: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -420,9 +507,12 @@ def _wait(pred: Callable[[], bool], what: str, timeout: float) -> None:
         time.sleep(0.01)
 
 
-def _kill_and_recover(cluster: LocalCluster, victim: Slot, watch: _Watcher, query: Any) -> dict[str, float]:
-    """SIGKILL the worker of ``victim``, restart it at once, and time the stream's return (seconds after the kill)."""
+def _kill_and_recover(
+    cluster: LocalCluster, victim: Slot, watch: _Watcher, query: Any, sampler: _Sampler
+) -> tuple[dict[str, float], list[str]]:
+    """SIGKILL the worker of ``victim``, restart it at once, time the stream's return; and the timeline."""
     load = uptime_load()
+    wall_kill = time.time()
     t_kill = time.monotonic()
     os.kill(cluster.procs[victim].pid, signal.SIGKILL)
     cluster.procs[victim].wait(10)
@@ -444,14 +534,38 @@ def _kill_and_recover(cluster: LocalCluster, victim: Slot, watch: _Watcher, quer
         msg = f"the query stopped after the kill: {query.exception()}"
         raise RuntimeError(msg)
     t_first = min(t for t in list(watch.committed.values()) if t > t_kill)
+    t_flow = min(after_kill())
     cp = cluster.health(victim)["checkpoint"]
-    return {
+    result = {
         "running": t_running - t_kill,
         "first_commit": t_first - t_kill,
-        "flows": min(after_kill()) - t_kill,
+        "flows": t_flow - t_kill,
         "rollbacks": float(cp["rollbacks"] if cp else 0),
         "load": float(load),
     }
+    end_wall = wall_kill + (t_flow - t_kill) + 0.5
+    steps: list[tuple[float, str]] = [(wall_kill, "SIGKILL")]
+    for slot in cluster.slots:
+        who = "victim" if slot == victim else "survivor"
+        steps += [(w, f"{who} worker: {step}") for w, step in _worker_steps(cluster.logs[slot], wall_kill)]
+    steps += sampler.steps(victim, wall_kill)
+    wall_of = wall_kill - t_kill  # monotonic -> wall
+    for batch, t in sorted(watch.planned.items()):
+        if t_kill - 3 < t and t + wall_of <= end_wall:
+            steps.append((t + wall_of, f"spark: batch {batch} planned"))
+    for batch, t in sorted(watch.committed.items()):
+        if t_kill < t and t + wall_of <= end_wall:
+            steps.append((t + wall_of, f"spark: batch {batch} committed"))
+    timeline = [f"    {w - wall_kill:+7.2f}s  {what}" for w, what in sorted(steps) if w <= end_wall]
+    for progress in query.recentProgress:
+        if progress["batchId"] in watch.planned and t_kill - 3 < watch.planned[progress["batchId"]] <= t_flow:
+            d = progress["durationMs"]
+            timeline.append(
+                f"    batch {progress['batchId']}: {progress['numInputRows']} rows, addBatch "
+                f"{d.get('addBatch', 0) / 1000:.2f}s (writes, acks and the commit's checkpoint round), "
+                f"trigger {d.get('triggerExecution', 0) / 1000:.2f}s"
+            )
+    return result, timeline
 
 
 def recovery(args: argparse.Namespace) -> list[str]:
@@ -466,6 +580,7 @@ def recovery(args: argparse.Namespace) -> list[str]:
     register(spark)
     ck = tmp / "ck"
     results: list[dict[str, float]] = []
+    timelines: list[list[str]] = []
     cadence: list[float] = []
     with LocalCluster(str(path), 2) as cluster:
         plan = cluster.plan
@@ -481,16 +596,22 @@ def recovery(args: argparse.Namespace) -> list[str]:
             .start()
         )
         watch = _Watcher(ck)
+        sampler = _Sampler(cluster)
         try:
             _wait(lambda: len(watch.committed) >= 3, "three micro-batches committed (warm-up)", 180)
             for k in range(args.kills):
-                steady_from = time.monotonic()
-                time.sleep(4.0)  # a steady stream between kills (commits counted for the cadence)
+                steady_from = time.monotonic()  # a steady stream between kills: three commits (the cadence)
+                _wait(
+                    lambda since=steady_from: sum(1 for t in list(watch.committed.values()) if t > since) >= 3,
+                    "three micro-batches committed",
+                    180,
+                )
                 recent = sorted(t for t in watch.committed.values() if t > steady_from)
                 cadence += [b - a for a, b in itertools.pairwise(recent)]
                 victim = victims[k % len(victims)]
-                r = _kill_and_recover(cluster, victim, watch, query)
+                r, timeline = _kill_and_recover(cluster, victim, watch, query, sampler)
                 results.append(r)
+                timelines.append(timeline)
                 print(
                     f"kill {k + 1}: worker {victim} running again after {r['running']:.2f}s, first commit "
                     f"{r['first_commit']:.2f}s, a batch planned after the kill committed {r['flows']:.2f}s, "
@@ -499,6 +620,7 @@ def recovery(args: argparse.Namespace) -> list[str]:
                     flush=True,
                 )
         finally:
+            sampler.stop()
             watch.stop()
             query.stop()
             spark.stop()
@@ -519,6 +641,9 @@ def recovery(args: argparse.Namespace) -> list[str]:
         )
     verdict = "met" if worst <= 10 else "NOT met"
     out.append(f"  flows again: median {med:.2f} s, worst {worst:.2f} s (target <= 10 s: {verdict})")
+    slowest = max(range(len(results)), key=lambda i: results[i]["flows"])
+    out.append(f"  where the time went, kill {slowest + 1} (seconds after the SIGKILL):")
+    out += timelines[slowest]
     return out
 
 
