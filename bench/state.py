@@ -50,6 +50,7 @@ import threading
 import time
 import timeit
 from collections.abc import Callable, Mapping
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -498,6 +499,10 @@ def _worker_steps(log: Path, since_wall: float) -> list[tuple[float, str]]:
     return out
 
 
+def _commits_since(watch: _Watcher, since: float, n: int) -> bool:
+    return sum(1 for t in list(watch.committed.values()) if t > since) >= n
+
+
 def _wait(pred: Callable[[], bool], what: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -601,11 +606,7 @@ def recovery(args: argparse.Namespace) -> list[str]:
             _wait(lambda: len(watch.committed) >= 3, "three micro-batches committed (warm-up)", 180)
             for k in range(args.kills):
                 steady_from = time.monotonic()  # a steady stream between kills: three commits (the cadence)
-                _wait(
-                    lambda since=steady_from: sum(1 for t in list(watch.committed.values()) if t > since) >= 3,
-                    "three micro-batches committed",
-                    180,
-                )
+                _wait(partial(_commits_since, watch, steady_from, 3), "three micro-batches committed", 180)
                 recent = sorted(t for t in watch.committed.values() if t > steady_from)
                 cadence += [b - a for a, b in itertools.pairwise(recent)]
                 victim = victims[k % len(victims)]
