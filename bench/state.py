@@ -685,6 +685,7 @@ def hops(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
         tops[name], _ = hop(overrides, None, 0, args.max_tuples, sink=sink, conf=conf)
     top = tops["stateless"]
     p99: dict[tuple[str, float], list[float]] = {}
+    kept: dict[float, Any] = {}
     loads: list[str] = []
     for r in range(args.rounds):
         for fraction in (0.1, 0.5):
@@ -694,6 +695,8 @@ def hops(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
                 _, samples = hop(overrides, top * fraction, args.seconds, 0, sink=sink, conf=conf)
                 value = float(np.percentile(np.asarray(samples, dtype=np.float64) / 1e6, 99))
                 p99.setdefault((name, fraction), []).append(value)
+                if name == "stateful":
+                    kept[fraction] = samples
                 print(
                     f"round {r + 1}: hop at {fraction:.0%} {name:9s} p99 {value:8.3f} ms (load {loads[-1]})",
                     file=sys.stderr,
@@ -717,7 +720,34 @@ def hops(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
             f"{'unchanged' if within else 'higher':>10s}"
         )
     out.append("  unchanged = the stateful median p99 is within the stateless rounds' range (the bench's noise)")
+    for fraction in (0.1, 0.5):
+        threshold = 2 * statistics.median(p99[("stateless", fraction)])
+        out.append(f"  {fraction:.0%}, last stateful round: " + _bursts(kept[fraction], top * fraction, threshold))
     return out
+
+
+def _bursts(samples_ns: Any, rate: float, threshold_ms: float) -> str:
+    """Where a hop's slow tuples are: bursts (slow tuples closer than 50 ms in send time), their spacing and length.
+
+    The client paces tuples at ``rate``, so the i-th executed tuple was sent about ``i / rate`` s in.
+    """
+    ms = np.asarray(samples_ns, dtype=np.float64) / 1e6
+    slow = np.flatnonzero(ms > threshold_ms)
+    if len(slow) == 0:
+        return f"no tuple slower than {threshold_ms:.2f} ms (twice the stateless p99)"
+    times = slow / rate
+    starts = [0, *[int(i) + 1 for i in np.flatnonzero(np.diff(times) > 0.05)]]
+    ends = [*starts[1:], len(times)]
+    spans = [(times[a], times[b - 1], float(ms[slow[a:b]].max())) for a, b in zip(starts, ends, strict=True)]
+    gaps = np.diff([a for a, _, _ in spans])
+    spacing = f", every {float(np.median(gaps)):.2f} s (median)" if len(gaps) else ""
+    return (
+        f"{len(slow) / len(ms):.2%} of tuples slower than {threshold_ms:.2f} ms (twice the stateless p99), in "
+        f"{len(spans)} bursts over {len(ms) / rate:.1f} s{spacing}, {sum(b - a for a, b, _ in spans) * 1000:.0f} ms "
+        f"of sends in all; a burst spans a median "
+        f"{float(np.median([b - a for a, b, _ in spans])) * 1000:.0f} ms of sends and peaks at a median "
+        f"{float(np.median([m for _, _, m in spans])):.1f} ms"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
