@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -440,8 +441,17 @@ def checkpoint_batch(options: StormOptions, query_id: str, batch_id: int) -> Non
     if known is not None and time.monotonic() - known < _STATELESS_TTL_S:
         return
     conf = Config.of({**options.plan.topology.conf, **dict(options.conf)})
+
+    def endpoints() -> dict[str, IClient]:
+        # Cluster mode: the workers of the assignment now (a rebalance or a reassignment may
+        # have moved tasks since the batch was planned), asked again for every attempt.
+        current = options.with_current_assignment(settle=False) if options.zookeeper is not None else options
+        POOL.follow(current)
+        return {str(slot): POOL.connection(current, slot) for slot in current.plan.slots}
+
     coordinator = Coordinator(
-        lambda: {str(slot): POOL.connection(options, slot) for slot in options.plan.slots},
+        f"spark query {query_id} (driver pid {os.getpid()})",
+        endpoints,
         conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000,
         conf.get_int("topology.state.commit.retries", minimum=1),
     )
