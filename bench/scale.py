@@ -233,7 +233,8 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             "idle_per_s": idle_per_s,
             "threads": th,
             "switches": switches,
-            "sys_share": (s1 - s0) / max(1e-9, u1 + s1 - c0),
+            "user": u1 - u0,  # polls included (they are not split)
+            "sys": s1 - s0,
             "remote": remote,
             "publishes": publishes,
             "wakeups": wakeups,
@@ -313,34 +314,16 @@ def main(argv: list[str] | None = None) -> int:
     print("\nper 1000 tuples (each executed by 3 bolts):")
     print(
         f"{'workers':>7s} {'remote hops':>11s} {'remote msgs':>11s} {'queue publishes':>15s} {'wake-ups':>9s} "
-        f"{'ctx switches':>12s} {'system CPU':>10s} {'threads':>7s}"
+        f"{'ctx switches':>12s} {'user s/M':>8s} {'sys s/M':>8s} {'threads':>7s}"
     )
     for w in counts:
         b = best[w]
         k = b["tuples"] / 1000
         print(
             f"{w:7d} {b['remote_share']:11.1%} {b['remote'] / k:11.1f} {b['publishes'] / k:15.1f} "
-            f"{b['wakeups'] / k:9.1f} {b['switches'] / k:12.1f} {b['sys_share']:10.0%} {sum(b['threads']):7d}"
+            f"{b['wakeups'] / k:9.1f} {b['switches'] / k:12.1f} {b['user'] / k * 1000:8.2f} {b['sys'] / k * 1000:8.2f} "
+            f"{sum(b['threads']):7d}"
         )
-    # How much of the growth the shift from local to remote hops explains: a line through the two
-    # smallest runs, in the share of remote hops, extrapolated to the others.
-    if len(counts) >= 3 and best[counts[1]]["remote_share"] > best[counts[0]]["remote_share"]:
-        (w0, w1) = counts[:2]
-        c0, c1 = (best[w]["cpu"] / best[w]["tuples"] for w in (w0, w1))
-        f0, f1 = best[w0]["remote_share"], best[w1]["remote_share"]
-        per_hop = (c1 - c0) / (f1 - f0)
-        print(
-            f"\nremote hops vs local ones: +{per_hop * 1e6 / 2:.2f} CPU s per M hops ({w0}w -> {w1}w); "
-            "expected CPU per tuple from the share of remote hops alone:"
-        )
-        for w in counts[2:]:
-            b = best[w]
-            expected = c0 + per_hop * (b["remote_share"] - f0)
-            actual = b["cpu"] / b["tuples"]
-            print(
-                f"  {w} workers: expected {expected * 1e6:.2f}, measured {actual * 1e6:.2f} CPU s/M "
-                f"({actual / expected - 1:+.0%}: what grows with the number of peers)"
-            )
     if args.profile is not None:
         for w in counts:
             print(f"\npy-spy --gil, {w} workers (last round; 100 samples/s of each worker's GIL holder):")
