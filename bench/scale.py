@@ -83,6 +83,45 @@ def threads(pid: int) -> int:
     return 0
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (utime + stime) of every thread of a process, by thread id."""
+    out: dict[int, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICK
+    return out
+
+
+_ROLES = (
+    ("spark-storm-executor-", "executors"),
+    ("spark-storm-tcp-client-", "tcp client I/O (one per peer)"),
+    ("spark-storm-tcp-server-", "tcp server I/O"),
+    ("spark-storm-transfer-", "transfer"),
+    ("spark-storm-timer-", "timer (heartbeats, loads, ticks)"),
+    ("spark-storm-metrics-http", "metrics http"),
+    ("MainThread", "main"),
+)
+
+
+def thread_roles(spy: str, pid: int) -> dict[int, str]:
+    """Thread id -> role, from the Python thread names ``py-spy dump`` shows (the OS names are all "python")."""
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    roles: dict[int, str] = {}
+    for line in dump.splitlines():
+        if line.startswith("Thread ") and '"' in line:
+            tid = int(line.split()[1], 0)
+            name = line.split('"')[1]
+            roles[tid] = next((role for prefix, role in _ROLES if name.startswith(prefix)), "other")
+    return roles
+
+
 def context_switches(pid: int) -> int:
     """Voluntary + involuntary context switches of every thread of a process."""
     total = 0
@@ -195,6 +234,7 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
                 spies.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             time.sleep(1.0)
         n = args.messages - args.messages % batch
+        threads0 = {p: thread_cpu(p) for p in pids}
         u0, s0 = user_sys()
         c0, t0 = u0 + s0, time.perf_counter()
         for _ in range(n // batch):
@@ -214,6 +254,13 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
         cpu = u1 + s1 - c0 - polled * per_poll
         switches = sum(context_switches(p) for p in [me, *pids]) - switches0
         _stop_spies(spies)
+        by_role: dict[str, float] = {}
+        if spy:
+            for p in pids:
+                roles = thread_roles(spy, p)
+                for tid, secs_now in thread_cpu(p).items():
+                    role = roles.get(tid, "native / not Python")
+                    by_role[role] = by_role.get(role, 0.0) + secs_now - threads0[p].get(tid, 0.0)
         health = {s: cluster.health(s) for s in cluster.slots}
         opened = sum(len(h["connections"]) for h in health.values())
         used = sum(1 for h in health.values() for c in h["connections"].values() if c.get("sent", 0) > 0)
@@ -233,6 +280,7 @@ def run(workers: int, args: argparse.Namespace, overrides: dict[str, Any], profi
             "idle_per_s": idle_per_s,
             "threads": th,
             "switches": switches,
+            "roles": by_role,
             "user": u1 - u0,  # polls included (they are not split)
             "sys": s1 - s0,
             "remote": remote,
@@ -324,6 +372,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{b['wakeups'] / k:9.1f} {b['switches'] / k:12.1f} {b['user'] / k * 1000:8.2f} {b['sys'] / k * 1000:8.2f} "
             f"{sum(b['threads']):7d}"
         )
+    roles = sorted({r for w in counts for r in best[w]["roles"]}, key=lambda r: -best[counts[-1]]["roles"].get(r, 0))
+    if roles:
+        print("\nworker CPU s per M tuples by thread (Python thread names from py-spy dump):")
+        print(f"{'':32s}" + "".join(f"{str(w) + 'w':>8s}" for w in counts))
+        for role in roles:
+            cells = "".join(f"{best[w]['roles'].get(role, 0.0) / best[w]['tuples'] * 1e6:8.2f}" for w in counts)
+            print(f"{role:32s}{cells}")
     if args.profile is not None:
         for w in counts:
             print(f"\npy-spy --gil, {w} workers (last round; 100 samples/s of each worker's GIL holder):")
