@@ -454,6 +454,7 @@ class _Sampler:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self.samples: list[tuple[float, Slot, int, int, int]] = []  # wall, worker, groups, replays, failed
+        self.generations: list[tuple[float, Slot, int]] = []  # wall, worker, its generation
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-sample", daemon=True)
         self._thread.start()
@@ -462,9 +463,12 @@ class _Sampler:
         while not self._stop.wait(0.1):
             for slot in self.cluster.slots:
                 try:
-                    writers = self.cluster.health(slot, timeout=1.0)["writers"]
+                    health = self.cluster.health(slot, timeout=1.0)
                 except (OSError, StormError):  # a dead or starting worker: no sample
                     continue
+                writers = health["writers"]
+                if health["checkpoint"] is not None:
+                    self.generations.append((time.time(), slot, health["checkpoint"]["generation"]))
                 self.samples.append(
                     (
                         time.time(),
@@ -495,6 +499,20 @@ class _Sampler:
                 if now > was and step not in noted:
                     noted.add(step)
                     out.append((wall, step))
+        latest: dict[Slot, int] = {}
+        for wall, slot, generation in list(self.generations):
+            latest[slot] = generation
+            if wall >= since and slot == victim and len(latest) == len(self.cluster.slots):
+                others = max(g for s, g in latest.items() if s != victim)
+                if generation < others:
+                    out.append(
+                        (
+                            wall,
+                            f"victim at generation {generation}, survivor at {others}: the survivor drops the "
+                            "victim's tuples as stale until a rollback",
+                        )
+                    )
+                break
         return out
 
     def stop(self) -> None:
@@ -507,6 +525,7 @@ _WORKER_STEPS = (
     ("listening", "listening"),
     ("executors active", "executors active"),
     ("lost the connection", "lost the connection"),
+    ("rolling every worker back", "its interval coordinator starts a round with a rollback (no Spark lease)"),
     ("paused for a rollback", "paused for a rollback"),
     ("rolled back to epoch", "rolled back, replaying"),
 )
