@@ -104,18 +104,29 @@ def _percentiles(samples_ns: Any) -> str:
     return f"p50 {p50:8.3f} ms   p99 {p99:8.3f} ms   p99.9 {p999:8.3f} ms   ({len(ms):,} samples)"
 
 
-def hop(overrides: dict[str, Any], rate: float | None, seconds: float, n_max: int) -> tuple[float, Any]:
-    """Run the two-worker hop; with ``rate`` None send ``n_max`` as fast as possible (returns rows/s)."""
+def hop(
+    overrides: dict[str, Any],
+    rate: float | None,
+    seconds: float,
+    n_max: int,
+    *,
+    sink: str = "bench.latency:LatencyBolt",
+    conf: Mapping[str, Any] | None = None,
+) -> tuple[float, Any]:
+    """Run the two-worker hop; with ``rate`` None send ``n_max`` as fast as possible (returns rows/s).
+
+    ``sink`` is the recording bolt (bench.state passes a stateful one) and ``conf`` adds to the topology's conf.
+    """
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     lat_dir = tmp / "latency"
     lat_dir.mkdir()
     topo = {
         "name": "latency",
-        "conf": {"latency.dir": str(lat_dir)},
+        "conf": {"latency.dir": str(lat_dir), **(conf or {})},
         "components": [
             # clients send [0, v]; the source bolt re-stamps field 0 as it emits
             {"id": "in", "source": True, "bolt": "bench.latency:StampBolt", "fields": ["stamp", "v"]},
-            {"id": "sink", "bolt": "bench.latency:LatencyBolt", "inputs": [{"from": "in", "grouping": "shuffle"}]},
+            {"id": "sink", "bolt": sink, "inputs": [{"from": "in", "grouping": "shuffle"}]},
         ],
     }
     path = tmp / "topology.yaml"
