@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any
 from spark_storm import __version__
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config, load_config
 from spark_storm.errors import ConfigError, StormError
+from spark_storm.extras import missing_extra
 from spark_storm.messaging import MessageBatch, TaskMessage
-from spark_storm.transport import TRANSPORT_ALIASES, make_context
+from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 
 if TYPE_CHECKING:
     from spark_storm.ui import UIServer
@@ -78,6 +79,7 @@ def _demo(args: argparse.Namespace) -> int:
     if args.transport == "local":
         print("the local transport is in-process only; the demo uses two processes: pick tcp or zmq")
         return 2
+    resolve_transport(args.transport)  # here, not in the receiver process: a missing extra is one line
     spawn = mp.get_context("spawn")
     port_r, port_w = spawn.Pipe(duplex=False)
     report, child_end = spawn.Pipe()
@@ -659,6 +661,12 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except StormError as exc:
         print(f"spark-storm: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional part used without its extra: one line naming it
+        error = missing_extra(exc, f"spark-storm {args.command}")
+        if error is None:
+            raise
+        print(f"spark-storm: {error}", file=sys.stderr)
         return 2
 
 

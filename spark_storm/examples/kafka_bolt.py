@@ -25,6 +25,9 @@ class KafkaResultBolt(Bolt):
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         super().prepare(conf, context, collector)
+        from spark_storm.extras import require
+
+        require("kafka", "KafkaResultBolt")
         from kafka import KafkaProducer
 
         bootstrap, topic = conf.get("kafka.bootstrap"), conf.get("kafka.topic")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DELTA_CONF", "connector_jars", "local_session"]
+__all__ = ["DELTA_CONF", "connect_session", "connector_jars", "local_session"]
 
 #: What a session needs to use Delta Lake (the jars come from spark.jars, never a download).
 DELTA_CONF = {
@@ -81,6 +83,36 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return spark
+
+
+def connect_session(
+    app: str,
+    master: str = "local[2,4]",
+    *,
+    jars: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Start pyspark's own local Spark Connect server on ``master`` and return a Connect client session.
+
+    The same as ``SparkSession.builder.remote("local[2,4]")`` (the ``connect`` extra of
+    pyspark; its pip wheel has no ``start-connect-server.sh``), plus what a local server
+    needs to run spark-storm: its Python workers run this interpreter (``PYSPARK_PYTHON``,
+    unless set), and ``conf`` / ``jars`` are given to the server when it starts, as static
+    settings must be (set on a Connect session, they only draw a ``CANNOT_MODIFY_CONFIG``
+    warning).  One server per process: later calls return a session on the same server.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    server_conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        **({"spark.jars": ",".join(jars)} if jars else {}),
+        **(conf or {}),
+    }
+    # pyspark reads these when it starts the local server (SparkSession._start_connect_server).
+    os.environ["PYSPARK_REMOTE_INIT_CONF_LEN"] = "1"
+    os.environ["PYSPARK_REMOTE_INIT_CONF_0"] = json.dumps({**server_conf, "spark.app.name": app})
+    return SparkSession.builder.remote(master).getOrCreate()
 
 
 def job_session(app: str, jars_dir: str | Path, *, kafka: bool = False, delta: bool = False) -> SparkSession:

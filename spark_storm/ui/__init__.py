@@ -9,13 +9,16 @@ cluster through a :class:`ClusterSource` (:class:`LocalClusterSource` for heartb
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from spark_storm.cluster import state as zk
 from spark_storm.config import Config
 from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.server import UIServer
 from spark_storm.ui.source import ClusterSource, ClusterState, NimbusInfo, SupervisorInfo, TopologyRef, WorkerRef
-from spark_storm.ui.zookeeper import ZooKeeperSource
+
+if TYPE_CHECKING:  # cluster mode needs kazoo (the `cluster` extra): imported when used, not with the UI
+    from spark_storm.cluster import state as zk
+    from spark_storm.ui.zookeeper import ZooKeeperSource
 
 __all__ = [
     "ClusterSource",
@@ -62,6 +65,12 @@ def zookeeper_ui(
     now and closed with the UI) or a started :class:`spark_storm.cluster.state.ClusterState`
     to share (a nimbus's own; left open).
     """
+    from spark_storm.extras import require
+
+    require("kazoo", "the UI over a cluster (ZooKeeper)")
+    from spark_storm.cluster import state as zk
+    from spark_storm.ui.zookeeper import ZooKeeperSource
+
     if isinstance(zookeeper, zk.ClusterState):
         source = ZooKeeperSource(zookeeper, float(conf.get_int("ui.worker.timeout.secs", minimum=1)))
     else:
@@ -71,3 +80,12 @@ def zookeeper_ui(
     except BaseException:  # the ZooKeeper session goes with it; the error is re-raised
         source.close()
         raise
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ZooKeeperSource":
+        from spark_storm.ui.zookeeper import ZooKeeperSource
+
+        return ZooKeeperSource
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
