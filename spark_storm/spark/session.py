@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -94,25 +93,38 @@ def connect_session(
 ) -> Any:
     """Start pyspark's own local Spark Connect server on ``master`` and return a Connect client session.
 
-    The same as ``SparkSession.builder.remote("local[2,4]")`` (the ``connect`` extra of
-    pyspark; its pip wheel has no ``start-connect-server.sh``), plus what a local server
-    needs to run spark-storm: its Python workers run this interpreter (``PYSPARK_PYTHON``,
-    unless set), and ``conf`` / ``jars`` are given to the server when it starts, as static
-    settings must be (set on a Connect session, they only draw a ``CANNOT_MODIFY_CONFIG``
-    warning).  One server per process: later calls return a session on the same server.
+    What ``SparkSession.builder.remote("local[2,4]")`` does (the ``connect`` extra of pyspark;
+    its pip wheel has no ``start-connect-server.sh``), with three differences a local server
+    running spark-storm needs: its Python workers run this interpreter (``PYSPARK_PYTHON``,
+    unless set); ``conf`` and ``jars`` are given to the server when it starts, as static
+    settings must be (set on a Connect session they only draw a ``CANNOT_MODIFY_CONFIG``
+    warning); and the server binds a free port, not 15002, so that several processes can
+    each run one.  ``stop()`` on the session stops the server too, as with ``remote``.
     """
+    from pyspark.sql import SparkSession as ClassicSession
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     server_conf = {
+        "spark.app.name": app,
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.connect.grpc.binding.port": "0",
         **({"spark.jars": ",".join(jars)} if jars else {}),
         **(conf or {}),
     }
-    # pyspark reads these when it starts the local server (SparkSession._start_connect_server).
-    os.environ["PYSPARK_REMOTE_INIT_CONF_LEN"] = "1"
-    os.environ["PYSPARK_REMOTE_INIT_CONF_0"] = json.dumps({**server_conf, "spark.app.name": app})
-    return SparkSession.builder.remote(master).getOrCreate()
+    # pyspark's own start of its local server (what remote("local[...]") calls), then the
+    # port the server bound, read as pyspark's own tests do.
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"  # so that the session's stop() stops the server
+    RemoteSession._start_connect_server(master, server_conf)
+    server = ClassicSession._instantiatedSession
+    assert server is not None
+    service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    port = getattr(service, "MODULE$").localPort()
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # The token _start_connect_server made is in SPARK_CONNECT_AUTHENTICATE_TOKEN, which the client reads.
+    return RemoteSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
 
 def job_session(app: str, jars_dir: str | Path, *, kafka: bool = False, delta: bool = False) -> SparkSession:

@@ -8,11 +8,11 @@ directory, so it sees the installed files only, never this checkout.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -25,11 +25,8 @@ DIST = os.environ.get("SPARK_STORM_DIST")
 
 
 def _installed_from_wheel() -> bool:
-    try:
-        direct = importlib.metadata.distribution("spark-storm").read_text("direct_url.json") or "{}"
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return not json.loads(direct).get("dir_info", {}).get("editable", False)
+    # Not importlib.metadata: the checkout's own spark_storm.egg-info shadows the installed metadata.
+    return (Path(sysconfig.get_paths()["purelib"]) / "spark_storm" / "__init__.py").exists()
 
 
 if not DIST or not _installed_from_wheel():
