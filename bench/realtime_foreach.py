@@ -31,7 +31,6 @@ import json
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +38,8 @@ from typing import Any, Final
 
 import yaml
 
+from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.tuples import Tuple
 
 
 class LatencyBolt(Bolt):
@@ -100,10 +99,7 @@ def _arrived(cluster: Any, latency_dir: Path) -> int:
         return sum(len(json.loads(f.read_text())) for f in latency_dir.glob("*.json"))
     total = 0
     for slot in cluster.slots:
-        hb = cluster.heartbeat(slot)
-        assert hb is not None
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            total += int(json.loads(r.read())["counters"]["source_tuples_in"])
+        total += int(cluster.health(slot)["counters"]["source_tuples_in"])
     return total
 
 
@@ -118,7 +114,7 @@ def run_one(bootstrap: str, tmp: Path, name: str, run: Run, args: Any) -> str:
 
     from spark_storm.spark import storm_foreach
     from spark_storm.spark.session import connector_jars, local_session
-    from spark_storm.worker.cluster import LocalCluster
+    from spark_storm.worker.local_cluster import LocalCluster
 
     work = Path(tempfile.mkdtemp(dir=tmp, prefix=name))
     latency_dir = work / "latency"

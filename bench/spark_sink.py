@@ -34,7 +34,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from spark_storm.spark import storm_sink
 from spark_storm.spark.session import connector_jars, local_session
 from spark_storm.tools.kafka_broker import KafkaBroker
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 
 class CountingWriter(DataSourceStreamArrowWriter):

@@ -6,7 +6,7 @@ times from the first send until the receiver reports it holds all N (decoded):
 * baseline: the same frame bytes over a plain TCP socket in length-prefixed 64 KiB
   writes, decoded by the receiver into (task, bytes) tuples with the fastest plain
   Python loop we know (struct.unpack_from over the block);
-* tcp, zmq, zmq-ipc: ``IConnection.send`` in batches into a server whose callback
+* tcp, zmq, zmq-ipc: ``IClient.send`` in batches into a server whose callback
   counts the batches it is handed (our decoder makes the TaskMessages).
 
 With ``--kafka`` a broker is started (scripts/fetch-jars' jars) and two more sides run:

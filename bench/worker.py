@@ -24,12 +24,10 @@ worker process, and the executes per second per process of the 3-stage side (thr
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -40,11 +38,11 @@ import pyarrow as pa
 import yaml
 
 from bench.transport import SIDES, run_transport
+from spark_storm.codec.payloads import arrow_payload
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
-from spark_storm.worker.payloads import arrow_payload
+from spark_storm.worker.local_cluster import LocalCluster
 
 NOOP = "spark_storm.examples.noop:NoopBolt"
 NOOP_BATCH = "spark_storm.examples.noop:NoopBatchBolt"
@@ -77,10 +75,7 @@ def executed(cluster: LocalCluster, component: str) -> int:
     """Tuples (rows) the tasks of ``component`` executed, over every worker (from /health)."""
     total = 0
     for slot in cluster.slots:
-        hb = cluster.heartbeat(slot) or {}
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            health = json.loads(r.read())
-        for ex in health["executors"].values():
+        for ex in cluster.health(slot)["executors"].values():
             if ex["component"] == component:
                 total += sum(t["executed"] for t in ex["tasks"].values())
     return total

@@ -8,7 +8,6 @@ the bad value and the fix.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import ipaddress
 import logging
@@ -21,6 +20,7 @@ from typing import Any, Final
 import yaml
 
 from spark_storm.errors import ConfigError
+from spark_storm.plugins import did_you_mean
 
 __all__ = [
     "STORM_LOCAL_MODE_ZMQ",
@@ -106,6 +106,7 @@ _OWNED_PREFIXES: Final = (
     "topology.transfer.",
     "topology.worker.",
     "topology.serializer",
+    "topology.state.",
     "worker.",
     "storm.zookeeper.",
     "nimbus.",
@@ -158,8 +159,7 @@ class Config(Mapping[str, Any]):
         try:
             return self._values[key]
         except KeyError:
-            close = difflib.get_close_matches(key, self._values, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, self._values, lead="; ")
             msg = f"config key {key!r} is not set and has no default{hint}"
             raise ConfigError(msg) from None
 
@@ -288,8 +288,7 @@ def _check_owned_keys(values: Mapping[str, Any]) -> None:
         if key in known or not isinstance(key, str):
             continue
         if key.startswith(_OWNED_PREFIXES):
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, known)
             msg = f"unknown config key {key!r}: it is not in spark_storm/defaults.yaml.{hint}"
             raise ConfigError(msg)
 

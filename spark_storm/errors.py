@@ -6,6 +6,7 @@
     +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
     +-- MissingExtraError (ImportError) an optional part is used but its extra is not installed; names it
     +-- WireFormatError                 bytes on a connection are not a valid frame stream
+    +-- ReportFormatError (ValueError)  a heartbeat or /health record is not of the shape a worker writes
     +-- TransportError                  something went wrong with a context or connection
         +-- UnknownTransportError       storm.messaging.transport names nothing we can load
         +-- TransportInitError          the plugin was found but its constructor failed (cause chained)
@@ -14,6 +15,7 @@
         +-- ConnectionBrokenError       it failed under you: peer gone, protocol violated
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
+        +-- RequestTimeoutError         request() got no answer in time
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
         +-- ZooKeeperUnavailableError   ZooKeeper did not answer within the retry budget
         +-- NoNimbusError               no nimbus leader is running for this ZooKeeper
@@ -21,6 +23,10 @@
         +-- UnknownTopologyError (LookupError)  no topology of that name (UI/REST: 404)
         +-- ActionNotSupportedError     the cluster cannot do that action, e.g. rebalance a local cluster (501)
         +-- TopologyActionError         an action reached the workers and some refused or were unreachable (502)
+    +-- StateError                      a stateful bolt's state: a value it cannot store, a checkpoint that failed
+        +-- StateCorruptError           a state or log file (or Redis entry) is corrupt or truncated
+        +-- StateUnavailableError       the state backend cannot be reached (Redis down); names task and address
+        +-- CheckpointError             a checkpoint round could not complete (the sink's commit fails with it)
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -31,13 +37,19 @@ from __future__ import annotations
 __all__ = [
     "ActionNotSupportedError",
     "AuthenticationError",
+    "CheckpointError",
     "ClusterError",
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
     "MissingExtraError",
     "NoNimbusError",
+    "ReportFormatError",
+    "RequestTimeoutError",
     "SendTimeoutError",
+    "StateCorruptError",
+    "StateError",
+    "StateUnavailableError",
     "StormError",
     "TopologyActionError",
     "TopologyExistsError",
@@ -69,6 +81,10 @@ class WireFormatError(StormError):
     Raised by the codec; a server that sees it closes that one connection,
     logs the peer and this message, counts it, and keeps serving the others.
     """
+
+
+class ReportFormatError(StormError, ValueError):
+    """A worker's heartbeat or metrics record (file, znode, ``/health``) is not of the shape a worker writes."""
 
 
 class TransportError(StormError):
@@ -103,6 +119,10 @@ class SendTimeoutError(TransportError):
     """``send`` stayed blocked above the high write watermark past its deadline."""
 
 
+class RequestTimeoutError(TransportError):
+    """A coordination request got no answer within its timeout (the peer is slow, gone, or reconnecting)."""
+
+
 class ClusterError(StormError):
     """Base of cluster-mode errors (ZooKeeper state, nimbus, supervisors, the UI's cluster sources)."""
 
@@ -129,3 +149,19 @@ class ActionNotSupportedError(ClusterError):
 
 class TopologyActionError(ClusterError):
     """A topology action was sent to the workers and at least one refused it or could not be reached."""
+
+
+class StateError(StormError):
+    """A stateful bolt's state: a key or value it cannot store, a checkpoint that failed."""
+
+
+class StateCorruptError(StateError):
+    """A state or input-log file (or Redis entry) is corrupt or truncated; the message names the task and where."""
+
+
+class StateUnavailableError(StateError):
+    """The state backend cannot be reached (e.g. Redis is down); the message names the task and the address."""
+
+
+class CheckpointError(StateError):
+    """A checkpoint round could not complete: a worker stayed unreachable, or kept failing tuples on replay."""

@@ -20,6 +20,7 @@ EXTRAS: Final[dict[str, tuple[str, str]]] = {
     "kafka": ("kafka", "the kafka transport and the Kafka result bolt"),
     "crc32c": ("kafka", "the kafka transport"),
     "kazoo": ("cluster", "cluster mode (ZooKeeper)"),
+    "redis": ("redis", "the redis state backend"),
     "pyspark": ("spark", "the Spark side"),
 }
 

@@ -13,14 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from spark_storm.cluster.state import (
-    ACTIVE,
-    INACTIVE,
-    KILLED,
-    ClusterState,
-    TopologyRecord,
-    check_topology_name,
-)
+from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, TopologyRecord, check_topology_name
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ConfigError, NoNimbusError
 from spark_storm.topology.model import Topology, resolve_class, topology_from_dict
 

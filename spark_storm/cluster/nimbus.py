@@ -17,8 +17,10 @@ assigned (:meth:`Nimbus.reconcile`, run whenever a watch fires and every
 * a killed topology keeps its assignment until its kill time, then its topology, assignment
   and heartbeats are removed (the supervisors stop its workers).
 
-Heartbeat ages are measured on nimbus's own clock from the moment the znode's version last
-changed, never by comparing another host's timestamp (Storm does the same).
+Which slots are live, free or used and which workers are dead are the rules of
+:mod:`spark_storm.cluster.liveness`, which the UI shows too; heartbeat ages are measured on
+nimbus's own clock from the moment the znode's version last changed, never by comparing
+another host's timestamp (Storm does the same).
 """
 
 from __future__ import annotations
@@ -31,15 +33,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spark_storm.cluster.state import (
-    KILLED,
-    Assignment,
-    ClusterState,
-    Heartbeat,
-    TopologyRecord,
-    Watch,
-    ZooKeeperAddress,
-)
+from spark_storm.cluster.liveness import WorkerLiveness, slot_owners, used_slots
+from spark_storm.cluster.records import KILLED, Assignment, TopologyRecord
+from spark_storm.cluster.session import Watch, ZooKeeperAddress
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, ConfigError, ZooKeeperUnavailableError
 from spark_storm.topology.assignment import Slot, plan
 
@@ -70,8 +67,7 @@ class Nimbus:
         self.state = ClusterState(zookeeper, conf)
         self.conf = self.state.conf
         self.identifier = identifier or f"{socket.gethostname()}:{os.getpid()}"
-        self.task_timeout = self.conf.get_int("nimbus.task.timeout.secs", minimum=1)
-        self.launch_timeout = self.conf.get_int("nimbus.task.launch.secs", minimum=1)
+        self.liveness = WorkerLiveness.from_conf(self.conf)
         self.monitor_every = self.conf.get_int("nimbus.monitor.freq.secs", minimum=1)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -79,9 +75,7 @@ class Nimbus:
         self._session_lost = threading.Event()
         self._thread: threading.Thread | None = None
         self._election: Any = None
-        # Memory of the current leadership term (reset when leadership is gained).
-        self._hb_seen: dict[tuple[str, Slot], tuple[int, float]] = {}
-        self._slot_since: dict[tuple[str, Slot], float] = {}
+        # self.liveness and self._said: memory of the current leadership term (reset when it is gained).
         self._said: dict[str, str] = {}
         self._next_due = float(self.monitor_every)
         self.counters = {"assignments": 0, "reassignments": 0, "removed": 0, "terms": 0}
@@ -89,7 +83,7 @@ class Nimbus:
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> Nimbus:
         """Connect to ZooKeeper and contend for leadership in a background thread."""
-        self.state.add_state_listener(self._on_session)
+        self.state.session.add_state_listener(self._on_session)
         self.state.start()
         self._thread = threading.Thread(target=self._run, name="nimbus", daemon=True)
         self._thread.start()
@@ -123,7 +117,7 @@ class Nimbus:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self.state.wait_connected(1.0):
+            if not self.state.session.wait_connected(1.0):
                 continue
             self._session_lost.clear()
             self._election = self.state.election(self.identifier)
@@ -139,8 +133,7 @@ class Nimbus:
         if self._stop.is_set():
             return
         self.counters["terms"] += 1
-        self._hb_seen.clear()
-        self._slot_since.clear()
+        self.liveness.clear()
         self._said.clear()
         self._leading.set()
         logger.info("nimbus %s is the leader (ZooKeeper %s)", self.identifier, self.state.address)
@@ -153,7 +146,7 @@ class Nimbus:
             while not self._stop.is_set() and not self._session_lost.is_set():
                 self._wake.clear()
                 wait = float(self.monitor_every)
-                if self.state.connected:
+                if self.state.session.connected:
                     try:
                         wait = min(wait, self.reconcile())
                         self._watch_each_topology(watches)
@@ -186,12 +179,9 @@ class Nimbus:
         """
         now = time.monotonic()
         self._next_due = float(self.monitor_every)
-        live: dict[Slot, str] = {}
-        for sid, info in sorted(self.state.supervisors().items()):
-            for slot in info.slots:
-                owner = live.setdefault(slot, sid)
-                if owner != sid:
-                    self._say(f"dup:{slot}", f"slot {slot} is offered by supervisors {owner} and {sid}; using {owner}")
+        live, conflicts = slot_owners(self.state.supervisors())
+        for slot, owner, other in conflicts:
+            self._say(f"dup:{slot}", f"slot {slot} is offered by supervisors {owner} and {other}; using {owner}")
         records: dict[str, TopologyRecord] = {}
         for name in self.state.topology_names():
             record = self.state.find_topology(name)
@@ -207,7 +197,7 @@ class Nimbus:
                 self.state.delete_assignment(name)
                 continue
             assignments[name] = current
-        used: dict[Slot, str] = {s: name for name, a in assignments.items() for s in a.slots}
+        used = used_slots(assignments.values())
         for name in sorted(records):
             self._reconcile_topology(records[name], assignments.get(name), live, used, now)
         return self._next_due
@@ -242,12 +232,9 @@ class Nimbus:
         if current is not None:
             heartbeats = self.state.read_heartbeats(name)
             for slot in current.slots:
-                if slot not in live:
-                    dead[slot] = "its supervisor is gone"
-                else:
-                    reason = self._heartbeat_problem(name, slot, heartbeats.get(slot), now)
-                    if reason:
-                        dead[slot] = reason
+                verdict = self.liveness.judge(name, slot, heartbeats.get(slot), live, now)
+                if verdict.dead:
+                    dead[slot] = verdict.reason or "dead"
         keep = sorted(s for s in (current.slots if current else ()) if s not in dead)[: record.workers]
         free = [s for s in live if s not in used and s not in dead]
         chosen = keep + self._pick(free, record.workers - len(keep), keep, live)
@@ -268,11 +255,10 @@ class Nimbus:
         for slot in old - set(chosen):
             used.pop(slot, None)
             self.state.delete_heartbeat(name, slot)
-            self._hb_seen.pop((name, slot), None)
-            self._slot_since.pop((name, slot), None)
+            self.liveness.forget(name, slot)
         for slot in chosen:
             used[slot] = name
-            self._slot_since.setdefault((name, slot), now)
+            self.liveness.assigned(name, slot, now)
         if current is None:
             self.counters["assignments"] += 1
         else:
@@ -281,21 +267,6 @@ class Nimbus:
             "first assignment" if current is None else f"{record.workers} workers asked for"
         )
         logger.info("nimbus: assigned %s v%d to %s (%s)", name, version, ", ".join(map(str, candidate.slots)), why)
-
-    def _heartbeat_problem(self, name: str, slot: Slot, heartbeat: Heartbeat | None, now: float) -> str | None:
-        key = (name, slot)
-        since = self._slot_since.setdefault(key, now)
-        if heartbeat is None:
-            if now - since > self.launch_timeout:
-                return f"no heartbeat within nimbus.task.launch.secs={self.launch_timeout}"
-            return None
-        seen = self._hb_seen.get(key)
-        if seen is None or seen[0] != heartbeat.version:
-            self._hb_seen[key] = (heartbeat.version, now)
-            return None
-        if now - seen[1] > self.task_timeout:
-            return f"heartbeat unchanged for more than nimbus.task.timeout.secs={self.task_timeout}"
-        return None
 
     @staticmethod
     def _pick(free: list[Slot], needed: int, keep: list[Slot], live: dict[Slot, str]) -> list[Slot]:
@@ -313,9 +284,7 @@ class Nimbus:
         return out
 
     def _forget(self, name: str) -> None:
-        for memory in (self._hb_seen, self._slot_since):
-            for key in [k for k in memory if k[0] == name]:
-                del memory[key]
+        self.liveness.forget(name)
         self._said.pop(name, None)
 
     def _say(self, key: str, message: str) -> None:

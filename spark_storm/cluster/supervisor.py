@@ -17,7 +17,7 @@ an assignment changes and every ``supervisor.monitor.frequency.secs``:
 Every process is started and stopped by one thread, the supervisor thread.
 
 Workers run in cluster form, ``spark-storm worker --zookeeper ZK --topology-id NAME --port P
---host H`` (:mod:`spark_storm.worker.cluster_mode`): each reads its plan and the topology's
+--host H`` (:mod:`spark_storm.worker.zk_worker`): each reads its plan and the topology's
 status from ZooKeeper, follows new assignment versions itself (a rebalance that keeps its
 slot does not restart it), pauses and resumes on deactivate/activate, stops on kill, and
 writes its own heartbeats for nimbus.  So the supervisor restarts a worker only when it
@@ -43,14 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_storm.cluster.state import (
-    KILLED,
-    ClusterState,
-    SupervisorInfo,
-    TopologyRecord,
-    Watch,
-    ZooKeeperAddress,
-)
+from spark_storm.cluster.records import KILLED, SupervisorInfo, TopologyRecord
+from spark_storm.cluster.session import Watch, ZooKeeperAddress
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, ConfigError, ZooKeeperUnavailableError
 from spark_storm.topology.assignment import Slot
 
@@ -168,7 +163,7 @@ class Supervisor:
         """Connect, register the slots, and start the supervisor thread."""
         for sub in ("logs", "heartbeats"):
             (self.local_dir / sub).mkdir(parents=True, exist_ok=True)
-        self.state.add_state_listener(lambda _change: self._wake.set())
+        self.state.session.add_state_listener(lambda _change: self._wake.set())
         self.state.start()
         self.state.register_supervisor(SupervisorInfo(self.id, self.host, self.ports, time.time(), os.getpid()))
         self._watches["/"] = self.state.watch_assignments(lambda _names: self._wake.set())
@@ -208,7 +203,7 @@ class Supervisor:
         try:
             while not self._stop.is_set():
                 self._wake.clear()
-                if self.state.connected:
+                if self.state.session.connected:
                     try:
                         self.sync()
                     except (ZooKeeperUnavailableError, ClusterError) as exc:

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from spark_storm.errors import ConfigError
+from spark_storm.worker import Tuple
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.tuples import Tuple
 
 __all__ = ["KafkaResultBolt"]
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from spark_storm.worker import ColumnarBatch, Tuple
 from spark_storm.worker.bolt import BatchBolt, Bolt
-from spark_storm.worker.columnar import ColumnarBatch
-from spark_storm.worker.tuples import Tuple
 
 __all__ = ["NoopBatchBolt", "NoopBolt"]
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_storm.worker import KeyValueState, StatefulBolt, Tuple
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.tuples import Tuple
 
-__all__ = ["CountBolt", "ReportBolt", "SplitBolt", "open_report"]
+__all__ = ["CountBolt", "ReportBolt", "SplitBolt", "StatefulCountBolt", "open_report"]
 
 _WORD = re.compile(r"[\w']+")
 
@@ -46,6 +46,22 @@ class CountBolt(Bolt):
         word = tup.get("word")
         self.counts[word] += 1
         self.collector.emit([word, self.counts[word]], anchors=tup)
+        self.collector.ack(tup)
+
+
+class StatefulCountBolt(StatefulBolt):
+    """word -> (word, running count), counts in checkpointed state: exact through failures (docs/state.md)."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.counts = state
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        word = tup.get("word")
+        n = self.counts.get(word, 0) + 1
+        self.counts.put(word, n)
+        self.collector.emit([word, n], anchors=tup)
         self.collector.ack(tup)
 
 

@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_storm.examples.wordcount import open_report
+from spark_storm.worker import ColumnarBatch, KeyValueState, StatefulBatchBolt
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
-from spark_storm.worker.columnar import ColumnarBatch
 
-__all__ = ["CountBatchBolt", "ReportBatchBolt", "SplitBatchBolt"]
+__all__ = ["CountBatchBolt", "ReportBatchBolt", "SplitBatchBolt", "StatefulCountBatchBolt"]
 
 _SEPARATORS = r"[^\p{L}\p{N}_']+"  # RE2: anything that is not part of a word
 
@@ -61,6 +61,23 @@ class CountBatchBolt(BatchBolt):
         self.collector.emit_batch(
             {"word": pa.array(words, pa.string()), "count": pa.array(totals, pa.int64())}, anchors=batch
         )
+        self.collector.ack(batch)
+
+
+class StatefulCountBatchBolt(StatefulBatchBolt):
+    """word batch -> (word, running count), counts in checkpointed state (vectorised get_many/put_many)."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.counts = state
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            return
+        per_word = pc.value_counts(batch.column("word"))
+        words = per_word.field("values")
+        totals = pc.add(self.counts.get_many(words, 0), per_word.field("counts"))
+        self.counts.put_many(words, totals)
+        self.collector.emit_batch({"word": words.cast(pa.string()), "count": totals.cast(pa.int64())}, anchors=batch)
         self.collector.ack(batch)
 
 

@@ -6,9 +6,11 @@ from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
     CallbackLike,
+    IClient,
     IConnection,
     IConnectionCallback,
     IContext,
+    IServer,
     as_callback,
 )
 from spark_storm.messaging.message import (
@@ -26,9 +28,11 @@ __all__ = [
     "BackpressureStatus",
     "CallbackLike",
     "ConnectionStatus",
+    "IClient",
     "IConnection",
     "IConnectionCallback",
     "IContext",
+    "IServer",
     "MessageBatch",
     "TaskMessage",
     "as_callback",

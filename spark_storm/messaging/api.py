@@ -1,4 +1,4 @@
-"""The messaging contracts: IContext, IConnection, IConnectionCallback.
+"""The messaging contracts: IContext, IConnection (IServer, IClient), IConnectionCallback.
 
 These are Storm's ``org.apache.storm.messaging`` interfaces with Python names.  A transport
 (``spark_storm.transport.*``) implements :class:`IContext`; the worker uses only these
@@ -6,22 +6,16 @@ types, so transports can be swapped by configuration.
 
 Client versus server
 --------------------
-Storm has one ``IConnection`` for both ends.  We keep that (so code written against Storm
-maps one to one), but a call that belongs to the other end raises
-:class:`~spark_storm.errors.UnsupportedOperationError`, documented per method, never a
-"should not happen":
+Storm has one ``IConnection`` for both ends, and each end stubs out the other's calls
+("SHOULD NOT HAPPEN").  Here :class:`IConnection` holds only what both ends do, and each
+end adds its own: ``bind`` returns an :class:`IServer`, ``connect`` an :class:`IClient`.
 
-================================  ======  ======
-call                              client  server
-================================  ======  ======
-send, send_group, wait_acks,
-send_commit                       yes     no
-send_load_metrics / get_load      yes     yes (each side sends to, and reads from, its peers)
-send_backpressure_status          no      yes (to every connected client)
-backpressure_tasks                yes     no
-register_recv / recv              no      yes
-flush / wait_ready                yes     yes (trivially true on a server)
-================================  ======  ======
+================================  ===================================================
+IConnection (both ends)           port, status, send_load_metrics, get_load, metrics, close
+IServer (``bind``)                register_recv, recv, recv_batch, send_backpressure_status
+IClient (``connect``)             send, send_group, wait_acks, send_commit, request,
+                                  flush, wait_ready, backpressure_tasks
+================================  ===================================================
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Self
 
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, BatchHeader
@@ -40,11 +34,16 @@ GroupKey = tuple[str, int, int, int]
 __all__ = [
     "RECV_BLOCK",
     "RECV_NOBLOCK",
+    "REQUEST_FAILED",
+    "REQUEST_OK",
+    "REQUEST_UNHANDLED",
     "CallbackLike",
     "GroupKey",
+    "IClient",
     "IConnection",
     "IConnectionCallback",
     "IContext",
+    "IServer",
     "as_callback",
 ]
 
@@ -52,6 +51,10 @@ __all__ = [
 RECV_BLOCK: Final = 0
 #: ``recv`` flag: return at once, None when nothing is queued (Storm 0.8: 1).
 RECV_NOBLOCK: Final = 1
+#: :meth:`IClient.request` statuses: answered; the callback failed; no callback answers requests.
+REQUEST_OK: Final = 0
+REQUEST_FAILED: Final = 1
+REQUEST_UNHANDLED: Final = 2
 
 
 class IConnectionCallback(abc.ABC):
@@ -73,6 +76,15 @@ class IConnectionCallback(abc.ABC):
             A ``Sequence[TaskMessage]`` with columns ``tasks`` and ``payloads`` for
             vectorised consumers.  Owned by the callee; the transport keeps no reference.
         """
+
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        """Answer a coordination request from a client (the checkpoint protocol, docs/state.md).
+
+        ``reply(status, body)`` must be called exactly once, from any thread, now or later;
+        status 0 is success.  The default answers :data:`REQUEST_UNHANDLED`.  Called on the
+        transport's receive thread: a long answer must be given from another thread.
+        """
+        reply(REQUEST_UNHANDLED, b"this server's callback answers no requests")
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         """Handle one group of the Spark delivery protocol (see docs/protocol.md).
@@ -114,7 +126,7 @@ def as_callback(cb: CallbackLike) -> IConnectionCallback:
 
 
 class IConnection(abc.ABC):
-    """One end of a connection: a client (connected) or a server (bound).
+    """What both ends of a connection do (Storm's ``IConnection`` without either side's calls).
 
     Connections are context managers; ``close()`` is idempotent.
     """
@@ -130,18 +142,102 @@ class IConnection(abc.ABC):
         """``CONNECTING``, ``READY`` or ``CLOSED`` (Storm's ConnectionWithStatus)."""
 
     @abc.abstractmethod
+    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
+        """Tell the peer(s) how loaded these tasks are (0.0 idle .. 1.0 full).
+
+        A server sends to every connected client; a client sends to its server.
+        """
+
+    @abc.abstractmethod
+    def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
+        """Return the latest load the peer(s) reported for ``tasks`` (unknown tasks omitted)."""
+
+    @abc.abstractmethod
+    def metrics(self) -> dict[str, Any]:
+        """Counters (Storm's getState): a server's received/accepted/duplicates/...; a client's sent/lost/pending/..."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close the connection; idempotent.
+
+        A client first flushes what is pending (bounded by the transport's flush
+        timeout) and logs, with the count, anything it had to drop.
+        """
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class IServer(IConnection):
+    """The receiving end: what ``IContext.bind`` returns."""
+
+    @abc.abstractmethod
+    def register_recv(self, callback: CallbackLike) -> None:
+        """Push mode: deliver every batch to ``callback`` from now on.
+
+        Messages that arrived before registration (queued for ``recv``) are delivered to
+        the callback first, in order.
+        """
+
+    @abc.abstractmethod
+    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
+        """Pull mode (Storm 0.8): take the next message.
+
+        Only while no callback is registered.
+
+        Parameters
+        ----------
+        flags : int
+            ``RECV_BLOCK`` (0) waits for a message; ``RECV_NOBLOCK`` (1) returns None
+            when nothing is queued.
+
+        Raises
+        ------
+        UnsupportedOperationError
+            A callback is registered (push mode).
+        ConnectionClosedError
+            The server was closed (also wakes a blocked ``recv``).
+        """
+
+    @abc.abstractmethod
+    def recv_batch(self, max_messages: int, timeout: float | None = None) -> list[TaskMessage]:
+        """Pull mode: take up to ``max_messages`` at once, waiting up to ``timeout`` s for the first.
+
+        Returns an empty list when ``timeout`` passed with nothing queued.
+
+        Raises
+        ------
+        ConnectionClosedError
+            The server was closed and nothing is left to take.
+        """
+
+    @abc.abstractmethod
+    def send_backpressure_status(self, status: BackpressureStatus) -> None:
+        """Tell every connected client which tasks are (no longer) backpressured."""
+
+
+class IClient(IConnection):
+    """The sending end: what ``IContext.connect`` returns."""
+
+    @abc.abstractmethod
     def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
         """Send one message or a batch to the server, in order.
 
-        Client only.  While the connection is not ready, messages are held in a bounded
-        buffer and sent (in order) once it is.  Above the high write watermark the
+        While the connection is not ready, messages are held in a bounded buffer and
+        sent (in order) once it is.  Above the high write watermark the
         ``storm.messaging.send.overflow.policy`` applies: ``block`` (default) waits,
         ``drop`` drops the batch and counts it as lost.
 
         Raises
         ------
-        UnsupportedOperationError
-            Called on a server.
         ConnectionClosedError
             The connection or its context was closed.
         SendTimeoutError
@@ -154,110 +250,53 @@ class IConnection(abc.ABC):
     def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
         """Send one delivery group: the header and exactly ``header.count`` messages, atomically.
 
-        Client only.  The server delivers the group whole or not at all, drops replays
-        of groups it already accepted, and answers with BatchAcks (see :meth:`wait_acks`).
+        The server delivers the group whole or not at all, drops replays of groups it
+        already accepted, and answers with BatchAcks (see :meth:`wait_acks`).
         """
 
     @abc.abstractmethod
     def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
         """Wait until every group in ``keys`` reached ``status`` (or failed), or ``timeout``.
 
-        Client only.  Returns the latest status of each key heard of (missing keys: no
-        ack yet); the returned keys are forgotten.
+        Returns the latest status of each key heard of (missing keys: no ack yet); the
+        returned keys are forgotten.
         """
 
     @abc.abstractmethod
     def send_commit(self, query_id: str, batch_id: int) -> None:
         """Tell the server that ``batch_id`` of ``query_id`` is final (it may forget its dedupe state).
 
-        Client only; best effort (a lost commit only delays forgetting).
+        Best effort (a lost commit only delays forgetting).
         """
 
     @abc.abstractmethod
-    def send_load_metrics(self, loads: Mapping[int, float]) -> None:
-        """Tell the peer(s) how loaded these tasks are (0.0 idle .. 1.0 full).
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """Ask the server's callback ``op`` with ``body``; return its (status, body) answer.
 
-        A server sends to every connected client; a client sends to its server.
-        """
+        Not resent after a reconnect: the caller retries (requests must be idempotent).
 
-    @abc.abstractmethod
-    def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
-        """Return the latest load the peer(s) reported for ``tasks`` (unknown tasks omitted)."""
-
-    @abc.abstractmethod
-    def send_backpressure_status(self, status: BackpressureStatus) -> None:
-        """Tell every connected client which tasks are (no longer) backpressured.
-
-        Server only (raises :class:`UnsupportedOperationError` on a client).
+        Raises
+        ------
+        RequestTimeoutError
+            No answer within ``timeout`` seconds.
+        ConnectionClosedError
+            The connection was closed.
         """
 
     @abc.abstractmethod
     def backpressure_tasks(self) -> frozenset[int]:
-        """Tasks the server currently reports as backpressured.
-
-        Client only (raises :class:`UnsupportedOperationError` on a server).
-        """
-
-    @abc.abstractmethod
-    def register_recv(self, callback: CallbackLike) -> None:
-        """Push mode: deliver every batch to ``callback`` from now on.
-
-        Server only.  Messages that arrived before registration (queued for ``recv``)
-        are delivered to the callback first, in order.
-        """
-
-    @abc.abstractmethod
-    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
-        """Pull mode (Storm 0.8): take the next message.
-
-        Server only, and only while no callback is registered.
-
-        Parameters
-        ----------
-        flags : int
-            ``RECV_BLOCK`` (0) waits for a message; ``RECV_NOBLOCK`` (1) returns None
-            when nothing is queued.
-
-        Raises
-        ------
-        ConnectionClosedError
-            The server was closed (also wakes a blocked ``recv``).
-        """
+        """Tasks the server currently reports as backpressured."""
 
     @abc.abstractmethod
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything sent so far is acknowledged by the server.
 
         Returns True when it is, False when ``timeout`` (seconds) ran out first.
-        Trivially True on a server.
         """
 
     @abc.abstractmethod
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until ``status`` is READY; False on timeout or when closed."""
-
-    @abc.abstractmethod
-    def metrics(self) -> dict[str, Any]:
-        """Counters (Storm's getState): sent, received, lost, pending, reconnects, dest, src, status."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Close the connection; idempotent.
-
-        A client first flushes what is pending (bounded by the transport's flush
-        timeout) and logs, with the count, anything it had to drop.
-        """
-
-    def __enter__(self) -> IConnection:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class IContext(abc.ABC):
@@ -285,7 +324,7 @@ class IContext(abc.ABC):
         """
 
     @abc.abstractmethod
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IServer:
         """Bind a server connection for ``topology_id`` on ``port`` (0 = any free port).
 
         Parameters
@@ -300,7 +339,7 @@ class IContext(abc.ABC):
         """
 
     @abc.abstractmethod
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+    def connect(self, topology_id: str, host: str, port: int) -> IClient:
         """Return a new client connection to ``host:port``.
 
         Returns at once: connecting (and reconnecting) happens in the background;
@@ -312,7 +351,7 @@ class IContext(abc.ABC):
     def term(self) -> None:
         """Close every connection of this context and release its resources; idempotent."""
 
-    def __enter__(self) -> IContext:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

@@ -34,6 +34,8 @@ __all__ = [
     "Challenge",
     "Close",
     "ControlFrame",
+    "ControlReply",
+    "ControlRequest",
     "Eob",
     "Failure",
     "FrameDecoder",
@@ -72,6 +74,9 @@ RECEIPT: Final = -711
 BATCH_HEADER: Final = -800
 BATCH_ACK: Final = -801
 BATCH_COMMIT: Final = -802
+# Coordination requests (the checkpoint protocol, docs/state.md): client asks, server answers.
+REQUEST: Final = -803
+REPLY: Final = -804
 
 _LOAD_ENTRY: Final = struct.Struct(">hd")
 _HELLO_FIXED: Final = struct.Struct(">4sBB16s16sH")
@@ -82,8 +87,8 @@ _RECEIPT: Final = struct.Struct(">q")
 _BATCH_HEADER: Final = struct.Struct(">qiqiB")
 _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
+_REQUEST: Final = struct.Struct(">qB")
 _U16: Final = struct.Struct(">H")
-_TASK16: Final = struct.Struct(">h")
 
 #: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
 MAX_QUERY_ID_BYTES: Final = 0xFFFF
@@ -219,6 +224,24 @@ class BatchCommit:
     batch_id: int
 
 
+@dataclass(frozen=True)
+class ControlRequest:
+    """A coordination request (``op`` and an opaque body) the server's callback answers once."""
+
+    request_id: int
+    op: int
+    body: bytes = b""
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    """The answer to :class:`ControlRequest` ``request_id``: a status (0 ok) and an opaque body."""
+
+    request_id: int
+    status: int
+    body: bytes = b""
+
+
 ControlFrame = (
     LoadMetrics
     | Close
@@ -234,6 +257,8 @@ ControlFrame = (
     | BatchHeader
     | BatchAck
     | BatchCommit
+    | ControlRequest
+    | ControlReply
 )
 #: What :meth:`FrameDecoder.feed` yields: runs of data frames, and control frames between them.
 Decoded = MessageBatch | ControlFrame
@@ -362,6 +387,10 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
         return BATCH_ACK, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchCommit):
         return BATCH_COMMIT, _BATCH_COMMIT.pack(frame.batch_id) + _str_field(frame.query_id, "query id")
+    if isinstance(frame, ControlRequest):
+        return REQUEST, _REQUEST.pack(frame.request_id, frame.op) + frame.body
+    if isinstance(frame, ControlReply):
+        return REPLY, _REQUEST.pack(frame.request_id, frame.status) + frame.body
     msg = f"not a control frame: {frame!r}"  # pragma: no cover - the Union is closed
     raise WireFormatError(msg)
 
@@ -490,6 +519,11 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         _need(body, _BATCH_COMMIT.size, "batch commit")
         (batch,) = _BATCH_COMMIT.unpack_from(body)
         return BatchCommit(_query_id(body, _BATCH_COMMIT.size, "batch commit"), batch)
+    if code in (REQUEST, REPLY):
+        _need(body, _REQUEST.size, "request" if code == REQUEST else "reply")
+        request_id, op = _REQUEST.unpack_from(body)
+        rest = bytes(body[_REQUEST.size :])
+        return ControlRequest(request_id, op, rest) if code == REQUEST else ControlReply(request_id, op, rest)
     msg = f"unknown control code {code}"
     raise WireFormatError(msg)
 
@@ -510,6 +544,8 @@ _KNOWN_CODES: Final = frozenset(
         BATCH_HEADER,
         BATCH_ACK,
         BATCH_COMMIT,
+        REQUEST,
+        REPLY,
     }
 )
 

@@ -16,7 +16,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spark_storm.cluster.state import KILLED, Assignment, ClusterState, TopologyRecord, ZooKeeperAddress
+from spark_storm.cluster.records import KILLED, Assignment, TopologyRecord
+from spark_storm.cluster.session import ZooKeeperAddress
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError
 from spark_storm.topology.assignment import Slot
 
@@ -124,6 +126,6 @@ def _behind(state: ClusterState, name: str, assignment: Assignment) -> list[Slot
     for slot in assignment.slots:
         hb = heartbeats.get(slot)
         version = hb.record.get("assignment_version") if hb is not None else None
-        if not isinstance(version, int) or version < assignment.version:
+        if version is None or version < assignment.version:
             out.append(slot)
     return out

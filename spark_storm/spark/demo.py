@@ -17,7 +17,6 @@ import signal
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -27,9 +26,11 @@ import yaml
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_storm.config import default_config
+from spark_storm.errors import StormError
+from spark_storm.reports import WorkerMetrics
 from spark_storm.spark.session import local_session
 from spark_storm.ui import serve_local_ui
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 __all__ = ["ARROW_RATE", "TUPLE_RATE", "run_demo"]
 
@@ -72,19 +73,17 @@ class _Sent(StreamingQueryListener):
         return None
 
 
-def _health(cluster: LocalCluster) -> list[dict[str, Any]]:
+def _health(cluster: LocalCluster) -> list[WorkerMetrics]:
     out = []
     for slot in cluster.slots:
-        hb = cluster.heartbeat(slot) or {}
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{hb.get('metrics_port')}/health", timeout=5) as r:
-                out.append(json.loads(r.read()))
-        except OSError:
-            continue
+            out.append(cluster.health(slot, timeout=5))
+        except (OSError, StormError):
+            continue  # not up yet, or stopping: the caller reads again
     return out
 
 
-def _acked(healths: list[dict[str, Any]]) -> tuple[Counter[str], int]:
+def _acked(healths: list[WorkerMetrics]) -> tuple[Counter[str], int]:
     """Tuples (rows) acked per component and the total queue depth."""
     per: Counter[str] = Counter()
     depth = 0

@@ -80,7 +80,7 @@ class StormOptions:
         """
         if self.zookeeper is None:
             return self
-        from spark_storm.cluster.state import ZooKeeperAddress
+        from spark_storm.cluster.session import ZooKeeperAddress
         from spark_storm.spark.assignments import current_assignment
 
         address = ZooKeeperAddress.parse(self.zookeeper, self.conf)
@@ -243,7 +243,8 @@ def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any], settle_s: fl
     from spark_storm.extras import require
 
     require("kazoo", "option 'zookeeper' (cluster mode)")
-    from spark_storm.cluster.state import ZooKeeperAddress, check_topology_name
+    from spark_storm.cluster.records import check_topology_name
+    from spark_storm.cluster.session import ZooKeeperAddress
     from spark_storm.spark.assignments import current_assignment
 
     try:

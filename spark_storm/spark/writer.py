@@ -40,15 +40,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_storm.errors import StormError
-from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.codec.encoder import Encoder
+from spark_storm.codec.serializer import MsgpackSerializer
+from spark_storm.errors import StormError, WireFormatError
+from spark_storm.messaging import IClient, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
 from spark_storm.topology import Slot
 from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
-from spark_storm.worker.payloads import arrow_payload
-from spark_storm.worker.serializer import MsgpackSerializer
 
 __all__ = [
     "POOL",
@@ -87,7 +87,7 @@ class _Pool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._contexts: dict[str, IContext] = {}
-        self._conns: dict[tuple[str, str, Slot], IConnection] = {}
+        self._conns: dict[tuple[str, str, Slot], IClient] = {}
         self._versions: dict[tuple[str, str], int] = {}
         atexit.register(self.close)
 
@@ -122,7 +122,7 @@ class _Pool:
             )
             threading.Thread(target=lambda: [c.close() for c in closing], name="storm-pool-close", daemon=True).start()
 
-    def connection(self, options: StormOptions, slot: Slot) -> IConnection:
+    def connection(self, options: StormOptions, slot: Slot) -> IClient:
         ckey = self._ckey(options)
         key = (ckey, options.topology_id, slot)
         with self._lock:
@@ -167,17 +167,24 @@ def _ids(options: StormOptions) -> tuple[str, int, int, int]:
     return query_id, batch_id, partition, attempt
 
 
-def _messages(task: int, rows: pa.RecordBatch, options: StormOptions) -> list[TaskMessage]:
-    out = []
-    if options.serializer == "msgpack":
-        ser = MsgpackSerializer()
+def _encoder(options: StormOptions) -> Encoder:
+    frame = int(options.conf.get("storm.messaging.max.frame.bytes", 16 << 20))
+    return Encoder(MsgpackSerializer(), max(1024, frame // 2))
+
+
+def _messages(task: int, rows: pa.RecordBatch, options: StormOptions, encoder: Encoder) -> list[TaskMessage]:
+    if options.serializer == "msgpack":  # per row: the opt-in non-vectorised format
         columns = [rows.column(c).to_pylist() for c in options.columns]
-        for values in zip(*columns, strict=True):  # per row: the opt-in non-vectorised format
-            out.append(TaskMessage(task, ser.dumps(list(values))))
-        return out
-    for start in range(0, rows.num_rows, options.max_rows):
-        out.append(TaskMessage(task, arrow_payload(rows.slice(start, options.max_rows))))
-    return out
+        encoded = encoder.source_rows(task, [list(values) for values in zip(*columns, strict=True)])
+        if encoded.bad:
+            bad = encoded.bad[0]
+            msg = (
+                f"storm writer: {len(encoded.bad)} row(s) for task {task} cannot be sent with serializer=msgpack: "
+                f"{bad.describe(options.columns)}; use the default serializer (arrow), or cast the column"
+            )
+            raise WireFormatError(msg)
+        return encoded.messages
+    return encoder.source_arrow(task, rows, options.max_rows).messages
 
 
 def route_batch(options: StormOptions, router: Router, rb: pa.RecordBatch) -> dict[Slot, list[TaskMessage]]:
@@ -191,9 +198,10 @@ def route_batch(options: StormOptions, router: Router, rb: pa.RecordBatch) -> di
     else:
         pieces = router.split(payload_cols)
     task_slot = options.plan.task_slot
+    encoder = _encoder(options)
     by_slot: dict[Slot, list[TaskMessage]] = {}
     for task, rows in pieces:
-        by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options))
+        by_slot.setdefault(task_slot[task], []).extend(_messages(task, rows, options, encoder))
     return by_slot
 
 
@@ -255,7 +263,7 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
     # worker would otherwise drop them as replays of different rows).  0 in static mode.
     version_base = options.assignment_version << 32
     started = time.monotonic()
-    conns: dict[Slot, IConnection] = {}
+    conns: dict[Slot, IClient] = {}
     for rb in coalesce(batches, options.max_rows * len(options.tasks)):
         by_slot = route_batch(options, router, rb)
         for slot in sorted(by_slot):

@@ -5,8 +5,12 @@ executors (which route rows before sending) and workers (which route emits betwe
 bolts).  Python's ``hash`` is salted per process, so we use the hash Spark SQL already
 has: ``pyspark.sql.functions.hash(*cols)`` — Murmur3 x86_32, seed 42, folded over the
 columns (each column's hash is the next one's seed; null leaves the seed unchanged).
-The Spark side computes it in the JVM, vectorised; this module computes the same value
-in Python, and ``task_index = pmod(hash, n)``.
+It is written out here because no library has Spark's variant: Spark mixes a string's
+tail bytes one by one (``hashUnsafeBytes``), where reference Murmur3 packs them into one
+word, so strings whose UTF-8 length is not a multiple of 4 hash differently (the tests pin
+Spark's own values for lengths 1 to 5).  This module hashes one row at a time;
+:mod:`spark_storm.topology.routing` has the vectorised twin (numpy) the Spark writer and
+batch bolts use, and ``task_index = pmod(hash, n)``.
 
 Supported value types, as Spark hashes them: ``None``, ``bool`` (BooleanType), ``int``
 (always as LongType: a worker cannot know the column's width, so the Spark side casts

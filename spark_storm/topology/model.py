@@ -23,8 +23,6 @@ YAML form (conf/topologies/wordcount.yaml)::
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any, Final
 
 from spark_storm.config import read_yaml
 from spark_storm.errors import ConfigError
+from spark_storm.plugins import did_you_mean, load_object
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -146,8 +145,7 @@ class Topology:
         try:
             return self.components[component_id]
         except KeyError:
-            close = difflib.get_close_matches(component_id, self.components, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(component_id, self.components, lead="; ")
             msg = (
                 f"topology {self.name!r} has no component {component_id!r}{hint} "
                 f"(it has {', '.join(sorted(self.components))})"
@@ -181,8 +179,7 @@ def _validate(topo: Topology) -> None:
             raise ConfigError(msg)
         if comp.source:
             if comp.grouping not in GROUPINGS:
-                close = difflib.get_close_matches(comp.grouping, GROUPINGS, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(comp.grouping, GROUPINGS)
                 msg = f"{where}: unknown grouping {comp.grouping!r}.{hint} Use one of {', '.join(GROUPINGS)}"
                 raise ConfigError(msg)
             missing = [f for f in comp.grouping_fields if f not in comp.fields_of(DEFAULT_STREAM)]
@@ -204,8 +201,7 @@ def _validate(topo: Topology) -> None:
         for inp in comp.inputs:
             upstream = topo.component(inp.component)
             if inp.grouping not in GROUPINGS:
-                close = difflib.get_close_matches(inp.grouping, GROUPINGS, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(inp.grouping, GROUPINGS)
                 msg = f"{where}: unknown grouping {inp.grouping!r}.{hint} Use one of {', '.join(GROUPINGS)}"
                 raise ConfigError(msg)
             declared = upstream.fields_of(inp.stream)
@@ -232,29 +228,8 @@ def _validate(topo: Topology) -> None:
 
 
 def resolve_class(path: str, what: str) -> Any:
-    """Import ``pkg.mod:Class`` or ``pkg.mod.Class``; errors name the path and the fix."""
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attr:
-        msg = f"{what} {path!r} is not a dotted path like 'package.module:ClassName'"
-        raise ConfigError(msg)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"{what} {path!r}: cannot import {module_name!r}: {exc}"
-        raise ConfigError(msg) from exc
-    except SyntaxError as exc:
-        msg = f"{what} {path!r}: {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
-        raise ConfigError(msg) from exc
-    except Exception as exc:  # the module ran and raised while importing
-        msg = f"{what} {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
-        raise ConfigError(msg) from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        close = difflib.get_close_matches(attr, dir(module), n=1)
-        hint = f"; did you mean {module_name}:{close[0]}?" if close else ""
-        msg = f"{what} {path!r}: module {module_name!r} has no {attr!r}{hint}"
-        raise ConfigError(msg) from None
+    """Import ``pkg.mod:Class`` or ``pkg.mod.Class`` (see :func:`spark_storm.plugins.load_object`)."""
+    return load_object(path, what)
 
 
 # ------------------------------------------------------------------------ YAML
@@ -286,8 +261,7 @@ def _strs(value: Any, where: str) -> tuple[str, ...]:
 def _unknown_keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(str(key), allowed)
             msg = f"{where}: unknown key {key!r}.{hint} Allowed: {', '.join(sorted(allowed))}"
             raise ConfigError(msg)
 

@@ -1,16 +1,18 @@
 """What every transport's server and client share.
 
-Wrong-side errors, the pull queue, callback registration, load tables and counters.
+The pull queue, callback registration, the delivery ledger, load tables and counters
+(servers); acks, loads and backpressure status heard from the server (clients).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, Self
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Self, TypeVar
 
 from spark_storm.config import (
     STORM_LEDGER_MAX,
@@ -19,19 +21,29 @@ from spark_storm.config import (
     STORM_SERVER_RECEIVE_QUEUE_SIZE,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError, TransportError, UnsupportedOperationError
+from spark_storm.errors import (
+    ConnectionBrokenError,
+    ConnectionClosedError,
+    RequestTimeoutError,
+    TransportError,
+    UnsupportedOperationError,
+)
 from spark_storm.messaging.api import (
     RECV_BLOCK,
     RECV_NOBLOCK,
+    REQUEST_FAILED,
+    REQUEST_UNHANDLED,
     CallbackLike,
     GroupKey,
+    IClient,
     IConnection,
     IConnectionCallback,
     IContext,
+    IServer,
     as_callback,
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader, ControlReply, ControlRequest
 from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._ledger import DeliveryLedger, Reply
 
@@ -40,6 +52,7 @@ __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]
 logger = logging.getLogger(__name__)
 
 _MAX_UNCLAIMED_ACKS = 100_000
+_C = TypeVar("_C", bound=IConnection)
 
 
 def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]:
@@ -51,30 +64,12 @@ def as_batch(messages: TaskMessage | Iterable[TaskMessage]) -> list[TaskMessage]
     return messages if isinstance(messages, list) else list(messages)
 
 
-class _Side(IConnection):
-    role = "connection"
-
-    def _wrong_side(self, call: str) -> NoReturn:
-        other = "server" if self.role == "client" else "client"
-        msg = (
-            f"{call}() is a {other}-side call but this is a {self.role} connection "
-            f"({self.describe()}); see the table in spark_storm.messaging.api"
-        )
-        raise UnsupportedOperationError(msg)
-
-    def describe(self) -> str:
-        """Short text naming this connection, for logs and errors."""
-        return f"{self.role} port {self.port}"
-
-
-class ServerBase(_Side):
+class ServerBase(IServer):
     """Server-side behaviour common to every transport.
 
     The transport's receive thread calls :meth:`deliver`; this class routes batches to
     the registered callback (push) or to a bounded queue for :meth:`recv` (pull).
     """
-
-    role = "server"
 
     def __init__(self, conf: Config, topology_id: str, callback: CallbackLike | None) -> None:
         self.topology_id = topology_id
@@ -170,6 +165,23 @@ class ServerBase(_Side):
             logger.exception("receive callback failed on group %s (%s): %r", header.key, self.describe(), exc)
             done(FAILED)
 
+    def request(self, frame: ControlRequest, send: Callable[[ControlReply], None]) -> None:
+        """Hand a coordination request to the callback; its answer goes back through ``send``."""
+
+        def reply(status: int, body: bytes = b"") -> None:
+            send(ControlReply(frame.request_id, status, body))
+
+        callback = self._callback
+        if callback is None:
+            reply(REQUEST_UNHANDLED, f"{self.describe()} has no callback registered (pull mode)".encode())
+            return
+        try:
+            callback.recv_request(frame.op, frame.body, reply)
+        except Exception as exc:  # the callback's bug must not take the connection down: say it to the client
+            self.count("callback_errors")
+            logger.exception("receive callback failed on request op %d (%s)", frame.op, self.describe())
+            reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
+
     def commit(self, query_id: str, batch_id: int) -> None:
         """Forget the groups of a committed batch (and older ones of the query)."""
         forgotten = self.ledger.forget(query_id, batch_id)
@@ -198,7 +210,7 @@ class ServerBase(_Side):
     def closed(self) -> bool:
         return self._closed
 
-    # --- IConnection ----------------------------------------------------------------
+    # --- IServer --------------------------------------------------------------------
     def register_recv(self, callback: CallbackLike) -> None:
         cb = as_callback(callback)
         with self._cond:
@@ -250,30 +262,13 @@ class ServerBase(_Side):
             self._cond.notify_all()
             return out
 
-    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
-        self._wrong_side("send")
-
-    def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
-        self._wrong_side("send_group")
-
-    def wait_acks(self, keys: Iterable[GroupKey], status: int, timeout: float) -> dict[GroupKey, int]:
-        self._wrong_side("wait_acks")
-
-    def send_commit(self, query_id: str, batch_id: int) -> None:
-        self._wrong_side("send_commit")
-
-    def backpressure_tasks(self) -> frozenset[int]:
-        self._wrong_side("backpressure_tasks")
+    def describe(self) -> str:
+        """Short text naming this connection, for logs and errors."""
+        return f"server port {self.port}"
 
     def get_load(self, tasks: Iterable[int]) -> dict[int, float]:
         with self._cond:
             return {t: self._peer_loads[t] for t in tasks if t in self._peer_loads}
-
-    def flush(self, timeout: float | None = None) -> bool:
-        return True
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        return not self._closed
 
     @property
     def status(self) -> ConnectionStatus:
@@ -289,9 +284,6 @@ class ServerBase(_Side):
                 ledger_bytes=self.ledger.size_bytes,
             )
             out.update(
-                sent=0,
-                lost=0,
-                reconnects=0,
                 pending=len(self._queue),
                 dest=self.describe(),
                 src=self.topology_id,
@@ -300,10 +292,8 @@ class ServerBase(_Side):
             return out
 
 
-class ClientBase(_Side):
-    """Client-side behaviour common to every transport: wrong-side errors, loads, backpressure."""
-
-    role = "client"
+class ClientBase(IClient):
+    """Client-side behaviour common to every transport: acks, loads, backpressure."""
 
     def __init__(self, topology_id: str, host: str, port: int) -> None:
         self.topology_id = topology_id
@@ -314,6 +304,8 @@ class ClientBase(_Side):
         self._bp_tasks: frozenset[int] = frozenset()
         self._acks: OrderedDict[GroupKey, int] = OrderedDict()
         self._ack_cond = threading.Condition()
+        self._replies: dict[int, ControlReply | None] = {}
+        self._link = 0  # bumped when the connection drops: requests in flight will get no answer
 
     def update_ack(self, ack: BatchAck) -> None:
         """Record a BatchAck the server sent (keeps the latest status per group)."""
@@ -334,6 +326,45 @@ class ClientBase(_Side):
                 if done or remaining <= 0:
                     return {k: self._acks.pop(k) for k in wanted if k in self._acks}
                 self._ack_cond.wait(min(remaining, 0.5))
+
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        request_id = random.getrandbits(63)
+        with self._ack_cond:
+            self._replies[request_id] = None
+            link = self._link
+        try:
+            self._send_request(ControlRequest(request_id, op, body))
+            deadline = time.monotonic() + timeout
+            with self._ack_cond:
+                while (answer := self._replies[request_id]) is None:
+                    if self._link != link:
+                        msg = f"the connection dropped before {self.describe()} answered request op {op}"
+                        raise ConnectionBrokenError(msg)
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        msg = f"no answer to request op {op} from {self.describe()} within {timeout:.1f}s"
+                        raise RequestTimeoutError(msg)
+                    self._ack_cond.wait(min(remaining, 0.5))
+                return answer.status, answer.body
+        finally:
+            with self._ack_cond:
+                self._replies.pop(request_id, None)
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        raise NotImplementedError  # pragma: no cover - every transport's client overrides it
+
+    def link_lost(self) -> None:
+        """Fail the requests waiting for an answer: the connection dropped (the transport calls this)."""
+        with self._ack_cond:
+            self._link += 1
+            self._ack_cond.notify_all()
+
+    def update_reply(self, reply: ControlReply) -> None:
+        """Record the server's answer to a request (ignored if nobody waits for it any more)."""
+        with self._ack_cond:
+            if reply.request_id in self._replies:
+                self._replies[reply.request_id] = reply
+                self._ack_cond.notify_all()
 
     @property
     def port(self) -> int:
@@ -359,15 +390,6 @@ class ClientBase(_Side):
     def backpressure_tasks(self) -> frozenset[int]:
         return self._bp_tasks
 
-    def send_backpressure_status(self, status: BackpressureStatus) -> None:
-        self._wrong_side("send_backpressure_status")
-
-    def register_recv(self, callback: CallbackLike) -> None:
-        self._wrong_side("register_recv")
-
-    def recv(self, flags: int = RECV_BLOCK) -> TaskMessage | None:
-        self._wrong_side("recv")
-
 
 class TrackingContext(IContext):
     """Context base for the socket transports: builds connections, tracks them, closes them in term()."""
@@ -384,10 +406,10 @@ class TrackingContext(IContext):
     def from_conf(cls, conf: Mapping[str, Any]) -> Self:
         return cls(Config.of(conf))
 
-    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IServer:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it
 
-    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
         raise NotImplementedError  # pragma: no cover - every subclass overrides it
 
     def _release(self) -> None:
@@ -398,7 +420,7 @@ class TrackingContext(IContext):
             msg = f"{call} on a terminated {self.alias} context"
             raise ConnectionClosedError(msg)
 
-    def _track(self, conn: IConnection) -> IConnection:
+    def _track(self, conn: _C) -> _C:
         with self._lock:
             if self._terminated:
                 conn.close()
@@ -413,11 +435,11 @@ class TrackingContext(IContext):
             if conn in self._connections:
                 self._connections.remove(conn)
 
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IServer:
         self._check_open("bind")
         return self._track(self._new_server(topology_id, port, callback))
 
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+    def connect(self, topology_id: str, host: str, port: int) -> IClient:
         self._check_open("connect")
         if not 0 < port <= 65535:
             msg = f"cannot connect to port {port}: ports are 1..65535"

@@ -24,10 +24,10 @@ from spark_storm.config import (
     TCP_FLUSH_TIMEOUT_MS,
     Config,
 )
-from spark_storm.errors import ConnectionClosedError, TransportError
-from spark_storm.messaging.api import IConnection
+from spark_storm.errors import ConnectionBrokenError, ConnectionClosedError, TransportError
+from spark_storm.messaging.api import IClient
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
-from spark_storm.messaging.wire import BatchCommit, BatchHeader, LoadMetrics, encode_control
+from spark_storm.messaging.wire import BatchCommit, BatchHeader, ControlRequest, LoadMetrics, encode_control
 from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
@@ -61,7 +61,7 @@ def check_group_size(header: BatchHeader, messages: Sequence[TaskMessage], max_f
 class _Owner(Protocol):
     conf: Config
 
-    def forget(self, conn: IConnection) -> None: ...
+    def forget(self, conn: IClient) -> None: ...
 
 
 class SessionClient(ClientBase):
@@ -127,11 +127,13 @@ class SessionClient(ClientBase):
         logger.error("%s: %s", self.describe(), self.last_error)
 
     def _mark_connecting(self) -> None:
+        self.link_lost()
         if self._status is ConnectionStatus.READY:
             self._set_status(ConnectionStatus.CONNECTING)
 
     def _finish(self) -> None:
         """Close the session, log what could not be delivered, and report CLOSED."""
+        self.link_lost()
         lost = self._session.close()
         if lost:
             logger.error(
@@ -176,6 +178,17 @@ class SessionClient(ClientBase):
             msg = f"send_commit on closed {self.describe()}"
             raise ConnectionClosedError(msg)
         self._control_out.append(encode_control(BatchCommit(query_id, batch_id)))
+        self._waker.poke()
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        if self._status is ConnectionStatus.CLOSED:
+            msg = f"request on closed {self.describe()}"
+            raise ConnectionClosedError(msg)
+        if self._status is not ConnectionStatus.READY:
+            # Requests are not kept for a reconnect: a restarted server must not get a stale one.
+            msg = f"request to {self.describe()}, which is not connected ({self.last_error or 'connecting'})"
+            raise ConnectionBrokenError(msg)
+        self._control_out.append(encode_control(frame))
         self._waker.poke()
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:

@@ -52,6 +52,8 @@ from spark_storm.messaging.wire import (
     BatchHeader,
     Challenge,
     Close,
+    ControlReply,
+    ControlRequest,
     Eob,
     Failure,
     FrameDecoder,
@@ -135,7 +137,7 @@ class ClientSession:
         WireFormatError
             A task id out of range; nothing of the batch is admitted.
         ConnectionClosedError, SendTimeoutError
-            See :meth:`IConnection.send`.
+            See :meth:`IClient.send`.
         """
         body = encode_messages(batch)  # validates every task id before anything changes
         count = len(batch)
@@ -520,6 +522,11 @@ class ServerPeer:
         if reply is not None:
             reply(encode_control(ack))
 
+    def _send_reply(self, answer: ControlReply) -> None:
+        reply = self._reply
+        if reply is not None:
+            reply(encode_control(answer))
+
     def _control(self, frame: object, replies: list[bytes]) -> None:
         if isinstance(frame, Hello):
             if self.ready:
@@ -574,6 +581,8 @@ class ServerPeer:
                 self.server.deliver_group(frame, MessageBatch([], []), self._send_ack)
         elif isinstance(frame, BatchCommit):
             self.server.commit(frame.query_id, frame.batch_id)
+        elif isinstance(frame, ControlRequest):
+            self.server.request(frame, self._send_reply)
         else:
             msg = f"client {self.peer} sent unexpected {type(frame).__name__}"
             raise WireFormatError(msg)
@@ -664,6 +673,8 @@ class ClientProtocol:
                 raise ConnectionBrokenError(msg)
             elif isinstance(item, BatchAck):
                 self._client.update_ack(item)
+            elif isinstance(item, ControlReply):
+                self._client.update_reply(item)
             elif isinstance(item, Eob):
                 logger.debug("ignoring %r from %s", item, self._peer)
             else:

@@ -85,7 +85,7 @@ from spark_storm.errors import (
     TransportInitError,
     WireFormatError,
 )
-from spark_storm.messaging.api import CallbackLike, IConnection
+from spark_storm.messaging.api import CallbackLike, IClient, IServer
 from spark_storm.messaging.handshake import new_session_id, record_mac, verify_record_mac
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import (
@@ -93,6 +93,7 @@ from spark_storm.messaging.wire import (
     BatchCommit,
     BatchHeader,
     Close,
+    ControlRequest,
     Failure,
     FrameDecoder,
     Hello,
@@ -276,7 +277,7 @@ class Context(TrackingContext):
         return headers
 
     # --- IContext ------------------------------------------------------------------------
-    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IServer:
         if not 0 <= port <= 65535:
             msg = f"port {port} is outside 0..65535"
             raise TransportError(msg)
@@ -345,7 +346,7 @@ class Context(TrackingContext):
                 raise TransportError(msg)
             time.sleep(self.heartbeat_s / 2)
 
-    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
         self.ensure_topics(topic_for(self.prefix, topology_id, port))
         return KafkaClient(self, topology_id, host, port)
 
@@ -767,6 +768,9 @@ class KafkaClient(ClientBase):
 
     def send_commit(self, query_id: str, batch_id: int) -> None:
         self._control(BatchCommit(query_id, batch_id))
+
+    def _send_request(self, frame: ControlRequest) -> None:
+        self._control(frame)
 
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         self._control(LoadMetrics(dict(loads)))

@@ -22,9 +22,9 @@ from spark_storm.config import (
     Config,
 )
 from spark_storm.errors import ConnectionClosedError, SendTimeoutError, TransportError
-from spark_storm.messaging.api import CallbackLike, IConnection, IContext
+from spark_storm.messaging.api import CallbackLike, IClient, IContext, IServer
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
-from spark_storm.messaging.wire import BatchHeader, check_messages
+from spark_storm.messaging.wire import BatchHeader, ControlRequest, check_messages
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 
 __all__ = ["Context"]
@@ -181,6 +181,14 @@ class LocalClient(ClientBase):
         if server is not None:
             server.commit(query_id, batch_id)
 
+    def _send_request(self, frame: ControlRequest) -> None:
+        with self._send_lock:
+            if self._closed:
+                msg = f"request on closed {self.describe()}"
+                raise ConnectionClosedError(msg)
+        server = self._context.server_for(self._key) or self._wait_for_server()
+        server.request(frame, self.update_reply)
+
     def send_load_metrics(self, loads: Mapping[int, float]) -> None:
         server = self._context.server_for(self._key)
         if server is not None:
@@ -244,7 +252,7 @@ class Context(IContext):
     def from_conf(cls, conf: Mapping[str, Any]) -> Context:
         return cls(Config.of(conf))
 
-    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IConnection:
+    def bind(self, topology_id: str, port: int, callback: CallbackLike | None = None) -> IServer:
         if not 0 <= port <= 65535:
             msg = f"port {port} is outside 0..65535"
             raise TransportError(msg)
@@ -270,7 +278,7 @@ class Context(IContext):
             client.flush_pending(server)
         return server
 
-    def connect(self, topology_id: str, host: str, port: int) -> IConnection:
+    def connect(self, topology_id: str, host: str, port: int) -> IClient:
         with self._cond:
             if self.terminated:
                 msg = "connect on a terminated local context"

@@ -51,7 +51,7 @@ from spark_storm.errors import (
     TransportError,
     WireFormatError,
 )
-from spark_storm.messaging.api import CallbackLike, IConnection
+from spark_storm.messaging.api import CallbackLike, IClient, IServer
 from spark_storm.messaging.message import ConnectionStatus
 from spark_storm.messaging.wire import Close, Eob, encode_control
 from spark_storm.transport._base import TrackingContext
@@ -483,7 +483,7 @@ class TcpServer(IOThreadServer):
         self._waker.close()
         self._sel.close()
 
-    # --- IConnection ----------------------------------------------------------------
+    # --- state ------------------------------------------------------------------------
     def ready_clients(self) -> int:
         return sum(1 for c in list(self._conns.values()) if c.proto.ready)
 
@@ -720,8 +720,8 @@ class Context(TrackingContext):
     alias: ClassVar[str] = "tcp"
     crosses_processes: ClassVar[bool] = True
 
-    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IServer:
         return TcpServer(self, topology_id, port, callback)
 
-    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
         return TcpClient(self, topology_id, host, port)

@@ -63,7 +63,7 @@ from spark_storm.errors import (
     TransportError,
     WireFormatError,
 )
-from spark_storm.messaging.api import CallbackLike, IConnection
+from spark_storm.messaging.api import CallbackLike, IClient, IServer
 from spark_storm.messaging.message import ConnectionStatus
 from spark_storm.messaging.wire import HEADER_SIZE, Close, encode_control, split_at_frames
 from spark_storm.transport._base import TrackingContext
@@ -668,10 +668,10 @@ class Context(TrackingContext):
         sock.bind(f"tcp://{shown}:{port}")
         return f"tcp://{shown}:{port}", port
 
-    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IConnection:
+    def _new_server(self, topology_id: str, port: int, callback: CallbackLike | None) -> IServer:
         return ZmqServer(self, topology_id, port, callback)
 
-    def _new_client(self, topology_id: str, host: str, port: int) -> IConnection:
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
         return ZmqClient(self, topology_id, host, port)
 
     def _release(self) -> None:

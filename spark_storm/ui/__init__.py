@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.config import Config
 from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.server import UIServer
-from spark_storm.ui.source import ClusterSource, ClusterState, NimbusInfo, SupervisorInfo, TopologyRef, WorkerRef
+from spark_storm.ui.source import ClusterSource, ClusterView, NimbusInfo, SupervisorView, TopologyRef, WorkerRef
 
 if TYPE_CHECKING:  # cluster mode needs kazoo (the `cluster` extra): imported when used, not with the UI
-    from spark_storm.cluster import state as zk
+    from spark_storm.cluster.state import ClusterState
     from spark_storm.ui.zookeeper import ZooKeeperSource
 
 __all__ = [
     "ClusterSource",
-    "ClusterState",
+    "ClusterView",
     "LocalClusterSource",
     "NimbusInfo",
-    "SupervisorInfo",
+    "SupervisorView",
     "TopologyRef",
     "UIServer",
     "WorkerRef",
@@ -57,22 +57,23 @@ def serve_local_ui(heartbeat_dir: str | Path, conf: Config, *, any_port_if_busy:
 
 
 def zookeeper_ui(
-    zookeeper: str | zk.ClusterState | None, conf: Config, host: str | None = None, port: int | None = None
+    zookeeper: str | ClusterState | None, conf: Config, host: str | None = None, port: int | None = None
 ) -> UIServer:
     """Build (not start) a UI over a cluster whose state is in ZooKeeper.
 
     ``zookeeper`` is ``HOST:PORT[/chroot]`` (None: ``storm.zookeeper.*``; a session is opened
     now and closed with the UI) or a started :class:`spark_storm.cluster.state.ClusterState`
-    to share (a nimbus's own; left open).
+    to share (a nimbus's own; left open).  Workers are judged by nimbus's rules, with the
+    ``nimbus.task.*`` timeouts of that session's configuration.
     """
     from spark_storm.extras import require
 
     require("kazoo", "the UI over a cluster (ZooKeeper)")
-    from spark_storm.cluster import state as zk
+    from spark_storm.cluster.state import ClusterState
     from spark_storm.ui.zookeeper import ZooKeeperSource
 
-    if isinstance(zookeeper, zk.ClusterState):
-        source = ZooKeeperSource(zookeeper, float(conf.get_int("ui.worker.timeout.secs", minimum=1)))
+    if isinstance(zookeeper, ClusterState):
+        source = ZooKeeperSource(zookeeper)
     else:
         source = ZooKeeperSource.connect(zookeeper, conf)
     try:

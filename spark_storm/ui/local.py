@@ -1,6 +1,7 @@
 """The UI's source for a local cluster: workers found through their heartbeat files.
 
-Every worker writes ``<topology>-<port>.json`` into ``worker.heartbeat.dir`` once per
+Every worker writes its heartbeat file (``<topology>-<port>.json``, a
+:class:`~spark_storm.reports.WorkerHeartbeat`) into ``worker.heartbeat.dir`` once per
 ``worker.heartbeat.frequency.secs``: its topology, slot, pid, status, uptime, executors and
 ``metrics_port`` (its HTTP endpoint).  ``spark-storm local-cluster`` gives its workers a
 fresh directory and prints it; standalone ``spark-storm worker`` processes use the system
@@ -14,10 +15,8 @@ cluster's slots and plan are fixed when it starts).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -28,16 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import ActionNotSupportedError, TopologyActionError, UnknownTopologyError
-from spark_storm.ui.source import ClusterState, SupervisorInfo, TopologyRef, WorkerRef
+from spark_storm.reports import HEARTBEAT_FILE_NAME, metrics_endpoint, read_heartbeat_file
+from spark_storm.ui.source import ClusterView, SupervisorView, TopologyRef, WorkerRef
 
 __all__ = ["LocalClusterSource"]
 
 logger = logging.getLogger(__name__)
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-#: ``<topology>-<port>.json``, as the worker names its heartbeat file.
-_HEARTBEAT_NAME = re.compile(r"-\d{1,5}\.json$")
-_HEARTBEAT_MAX_BYTES = 1 << 20
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -108,48 +105,41 @@ class LocalClusterSource:
         now = time.time()
         out = []
         try:
-            files = sorted(p for p in self.heartbeat_dir.glob("*-*.json") if _HEARTBEAT_NAME.search(p.name))
+            files = sorted(p for p in self.heartbeat_dir.glob("*-*.json") if HEARTBEAT_FILE_NAME.match(p.name))
         except OSError as exc:
             logger.warning("cannot list heartbeat dir %s: %s", self.heartbeat_dir, exc)
             return []
         for path in files:
-            try:
-                if path.stat().st_size > _HEARTBEAT_MAX_BYTES:
-                    continue  # the temp dir holds other programs' JSON too
-                hb = json.loads(path.read_text(encoding="utf-8"))
-                host, _, port_text = str(hb["worker"]).rpartition(":")
-                port = int(port_text)
-                topology = str(hb["topology"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # not a heartbeat (or half-written by a foreign writer): not ours to judge
-            status = str(hb.get("status", "running"))
-            beat = hb.get("time")
-            pid = hb.get("pid")
+            hb = read_heartbeat_file(path)
+            if hb is None:
+                continue  # not a heartbeat (another program's JSON in the temp dir): not ours to judge
+            host, _, port_text = hb["worker"].rpartition(":")
+            port = int(port_text)
+            status = hb["status"]
             if status != "stopped":
-                stale = not isinstance(beat, int | float) or now - beat > self.worker_timeout_s
-                gone = isinstance(pid, int) and not _is_worker(pid, port)
-                if stale or gone:
+                stale = now - hb["time"] > self.worker_timeout_s
+                if stale or not _is_worker(hb["pid"], port):
                     status = "dead"
-            mport = hb.get("metrics_port")
+            endpoint = metrics_endpoint(hb, host)
             out.append(
                 WorkerRef(
-                    topology=topology,
+                    topology=hb["topology"],
                     host=host,
                     port=port,
                     status=status,
                     supervisor="local",
-                    heartbeat_time=float(beat) if isinstance(beat, int | float) else None,
-                    uptime_s=hb.get("uptime_s"),
-                    pid=pid if isinstance(pid, int) else None,
-                    metrics_host=str(hb.get("metrics_host") or "127.0.0.1"),
-                    metrics_port=mport if isinstance(mport, int) else None,
-                    executors=tuple(str(e) for e in hb.get("executors") or ()),
-                    rss_bytes=_rss_bytes(pid) if isinstance(pid, int) and status != "dead" else None,
+                    heartbeat_time=float(hb["time"]),
+                    uptime_s=float(hb["uptime_s"]),
+                    pid=hb["pid"],
+                    metrics_host=endpoint[0] if endpoint else host,
+                    metrics_port=endpoint[1] if endpoint else None,
+                    executors=tuple(hb["executors"]),
+                    rss_bytes=_rss_bytes(hb["pid"]) if status != "dead" else None,
                 )
             )
         return out
 
-    def state(self) -> ClusterState:
+    def state(self) -> ClusterView:
         """Topologies with at least one live worker (dead and stopped workers are listed with them)."""
         by_topology: dict[str, list[WorkerRef]] = {}
         for w in self._workers():
@@ -168,11 +158,11 @@ class LocalClusterSource:
                 status = "KILLED" if killed_at is not None else None
                 topologies.append(TopologyRef(name, name, tuple(sorted(workers, key=lambda w: w.id)), status))
         live = [w for t in topologies for w in t.workers if w.alive]
-        supervisors: tuple[SupervisorInfo, ...] = ()
+        supervisors: tuple[SupervisorView, ...] = ()
         if live:
             uptimes = [w.uptime_s for w in live if w.uptime_s is not None]
-            supervisors = (SupervisorInfo("local", live[0].host, len(live), len(live), max(uptimes, default=None)),)
-        return ClusterState(
+            supervisors = (SupervisorView("local", live[0].host, len(live), len(live), max(uptimes, default=None)),)
+        return ClusterView(
             kind=self.kind,
             description=f"local cluster: worker heartbeats in {self.heartbeat_dir}",
             topologies=tuple(topologies),

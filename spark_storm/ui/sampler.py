@@ -9,7 +9,6 @@ the per-executor counters kept for ``ui.history.secs``.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,9 +18,10 @@ from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
-from spark_storm.ui.source import ClusterSource, ClusterState, TopologyRef, WorkerRef
+from spark_storm.errors import ReportFormatError
+from spark_storm.reports import TaskMetrics, WorkerMetrics, parse_worker_metrics
+from spark_storm.ui.source import ClusterSource, ClusterView, TopologyRef, WorkerRef
 
 __all__ = ["ExecutorCounts", "Sample", "Sampler", "Snapshot", "TopologyReading", "WorkerReading", "busy_ms"]
 
@@ -33,7 +33,7 @@ class WorkerReading:
     """A worker and its ``/health`` (None with ``error`` set when it could not be read)."""
 
     ref: WorkerRef
-    health: Mapping[str, Any] | None
+    health: WorkerMetrics | None
     error: str | None = None
 
 
@@ -50,7 +50,7 @@ class Snapshot:
     """The cluster at ``time`` (wall clock, seconds)."""
 
     time: float
-    state: ClusterState
+    state: ClusterView
     topologies: Mapping[str, TopologyReading]
 
 
@@ -70,14 +70,15 @@ class ExecutorCounts:
 Sample = tuple[float, Mapping[tuple[str, str], ExecutorCounts]]
 
 
-def busy_ms(task: Mapping[str, Any]) -> float:
+def busy_ms(task: TaskMetrics) -> float:
     """Milliseconds a task spent executing: the worker's ``busy_s``, else executed x mean latency."""
-    if isinstance(task.get("busy_s"), int | float):
-        return float(task["busy_s"]) * 1000
+    busy = task.get("busy_s")
+    if isinstance(busy, int | float):
+        return float(busy) * 1000
     return float(task.get("executed", 0)) * float(task.get("latency_ms", 0.0))
 
 
-def executor_counts(health: Mapping[str, Any]) -> dict[str, ExecutorCounts]:
+def executor_counts(health: WorkerMetrics) -> dict[str, ExecutorCounts]:
     """Sum a worker's ``/health`` task counters per executor."""
     out = {}
     for name, ex in (health.get("executors") or {}).items():
@@ -153,14 +154,16 @@ class Sampler:
         if ref.endpoint is None:
             why = "it is starting, or topology.worker.metrics.port is -1"
             return WorkerReading(ref, None, f"worker reports no HTTP endpoint ({why})")
+        url = f"{ref.endpoint}/health"
         try:
-            with urllib.request.urlopen(f"{ref.endpoint}/health", timeout=self.http_timeout_s) as r:
-                data = json.loads(r.read())
-        except (OSError, urllib.error.URLError, ValueError) as exc:
-            return WorkerReading(ref, None, f"GET {ref.endpoint}/health failed: {exc}")
-        if not isinstance(data, dict):
-            return WorkerReading(ref, None, f"GET {ref.endpoint}/health did not return a JSON object")
-        return WorkerReading(ref, data)
+            with urllib.request.urlopen(url, timeout=self.http_timeout_s) as r:
+                data = r.read()
+        except (OSError, urllib.error.URLError) as exc:
+            return WorkerReading(ref, None, f"GET {url} failed: {exc}")
+        try:
+            return WorkerReading(ref, parse_worker_metrics(data, f"GET {url}"))
+        except ReportFormatError as exc:
+            return WorkerReading(ref, None, str(exc))
 
     def refresh(self) -> Snapshot:
         """Read the cluster now and record the counters; returns the new snapshot."""

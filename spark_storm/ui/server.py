@@ -10,9 +10,11 @@ the charts).  POST ``/api/v1/topology/<id>/activate``, ``.../deactivate``,
 501 (this cluster cannot do that) or 502 (a worker, ZooKeeper or nimbus refused or could not
 be reached).
 
-A POST from a browser page of another origin is refused (403): the API has no login, so
-a page on another site must not be able to kill a topology through the user's browser.
-Scripts (curl, requests) send no ``Origin`` header and are not affected.
+Replies follow the package's one HTTP policy (:mod:`spark_storm.http_policy`, which the
+workers' endpoints follow too): a POST from a browser page of another origin is refused
+(403): the API has no login, so a page on another site must not be able to kill a topology
+through the user's browser.  Scripts (curl, requests) send no ``Origin`` header and are not
+affected.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from spark_storm.errors import (
     TopologyActionError,
     UnknownTopologyError,
 )
+from spark_storm.http_policy import JsonRequestHandler
 from spark_storm.ui import views
 from spark_storm.ui.sampler import Sampler, Snapshot, TopologyReading
 from spark_storm.ui.source import ClusterSource
@@ -51,10 +54,9 @@ _ACTIONS = ("activate", "deactivate", "rebalance", "kill")
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.reason = reason
 
 
 def _wait_secs(text: str) -> int:
@@ -64,7 +66,7 @@ def _wait_secs(text: str) -> int:
         value = -1
     if value < 0:
         msg = f"wait time must be a whole number of seconds >= 0, got {text!r} (e.g. .../kill/30)"
-        raise _HttpError(400, "Bad Request", msg)
+        raise _HttpError(400, msg)
     return value
 
 
@@ -137,7 +139,7 @@ class UIServer:
         reading = snap.topologies.get(topology_id)
         if reading is None:
             msg = f"no running topology {topology_id!r}; /api/v1/topology/summary lists the running ones"
-            raise _HttpError(404, "Not Found", msg)
+            raise _HttpError(404, msg)
         return reading
 
     def get_api(self, parts: list[str]) -> Any:
@@ -168,9 +170,9 @@ class UIServer:
                 comp = views.component_detail(snap, self._reading(snap, tid), hist, self.window_s, cid)
                 if comp is None:
                     msg = f"topology {tid!r} has no component {cid!r} on a reachable worker"
-                    raise _HttpError(404, "Not Found", msg)
+                    raise _HttpError(404, msg)
                 return {**comp, "sampleIntervalMs": self.interval_ms}
-        raise _HttpError(404, "Not Found", f"no such API: /api/v1/{'/'.join(parts)} (see the README)")
+        raise _HttpError(404, f"no such API: /api/v1/{'/'.join(parts)} (see the README)")
 
     def post_api(self, parts: list[str], body: bytes) -> Any:
         """Carry out a topology action; answers in Storm's ``topologyOperation`` shape."""
@@ -185,9 +187,9 @@ class UIServer:
                 self.source.kill(tid, _wait_secs(wait))
             case ["topology", _tid, op, *_] if op in _ACTIONS:
                 msg = f"POST /api/v1/topology/<id>/{op}" + ("/<wait-secs>" if op in ("rebalance", "kill") else "")
-                raise _HttpError(400, "Bad Request", f"expected {msg}")
+                raise _HttpError(400, f"expected {msg}")
             case _:
-                raise _HttpError(404, "Not Found", f"no such action: POST /api/v1/{'/'.join(parts)}")
+                raise _HttpError(404, f"no such action: POST /api/v1/{'/'.join(parts)}")
         self.sampler.refresh()
         return {"topologyOperation": op, "topologyId": tid, "status": "success"}
 
@@ -195,39 +197,27 @@ class UIServer:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         ui = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonRequestHandler):
             server_version = "spark-storm-ui"
-
-            def _send(self, status: int, body: bytes, ctype: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("X-Content-Type-Options", "nosniff")
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _json(self, status: int, data: Any) -> None:
-                self._send(status, json.dumps(data).encode(), "application/json")
 
             def _api(self, call: Callable[[list[str]], Any]) -> None:
                 path = urlsplit(self.path).path
                 parts = [unquote(p) for p in path[len("/api/v1/") :].split("/") if p]
                 try:
-                    self._json(200, call(parts))
+                    self.send_json(200, call(parts))
                 except _HttpError as exc:
-                    self._json(exc.status, {"error": exc.reason, "errorMessage": str(exc)})
+                    self.send_json_error(exc.status, str(exc))
                 except UnknownTopologyError as exc:
-                    self._json(404, {"error": "Not Found", "errorMessage": str(exc)})
+                    self.send_json_error(404, str(exc))
                 except ConfigError as exc:  # an option the source cannot use (numWorkers 0)
-                    self._json(400, {"error": "Bad Request", "errorMessage": str(exc)})
+                    self.send_json_error(400, str(exc))
                 except ActionNotSupportedError as exc:
-                    self._json(501, {"error": "Not Implemented", "errorMessage": str(exc)})
+                    self.send_json_error(501, str(exc))
                 except TopologyActionError as exc:
-                    self._json(502, {"error": "Bad Gateway", "errorMessage": str(exc)})
+                    self.send_json_error(502, str(exc))
                 except StormError as exc:
                     logger.error("%s %s failed: %s", self.command, self.path, exc)
-                    self._json(500, {"error": "Internal Server Error", "errorMessage": str(exc)})
+                    self.send_json_error(500, str(exc))
 
             def do_GET(self) -> None:
                 path = urlsplit(self.path).path
@@ -238,29 +228,25 @@ class UIServer:
                 elif path.startswith("/static/"):
                     self._static(path[len("/static/") :])
                 else:
-                    self._send(404, b"not found; the UI is at /\n", "text/plain")
+                    self.send_body(404, b"not found; the UI is at /\n", "text/plain")
 
             def _static(self, rel: str) -> None:
                 target = (STATIC_DIR / unquote(rel)).resolve()
                 if STATIC_DIR not in target.parents or not target.is_file():
                     hint = " (run scripts/fetch-ui-assets for the charts)" if "/vendor/" in str(target) else ""
-                    self._send(404, f"no such file: {rel}{hint}\n".encode(), "text/plain")
+                    self.send_body(404, f"no such file: {rel}{hint}\n".encode(), "text/plain")
                     return
                 ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
                 if ctype.startswith("text/") or ctype.endswith("javascript"):
                     ctype += "; charset=utf-8"
-                self._send(200, target.read_bytes(), ctype)
+                self.send_body(200, target.read_bytes(), ctype)
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(min(length, 1 << 20)) if length > 0 else b""
+                body = self.read_body()
                 if not urlsplit(self.path).path.startswith("/api/v1/"):
-                    self._json(405, {"error": "Method Not Allowed", "errorMessage": "POST only under /api/v1/"})
+                    self.send_json_error(405, "POST only under /api/v1/")
                     return
-                origin = self.headers.get("Origin")
-                if origin is not None and urlsplit(origin).netloc != self.headers.get("Host"):
-                    msg = f"cross-origin POST from {origin} refused; call the API from the UI's own pages or a script"
-                    self._json(403, {"error": "Forbidden", "errorMessage": msg})
+                if self.refuse_cross_origin():
                     return
                 self._api(lambda parts: ui.post_api(parts, body))
 
@@ -277,8 +263,8 @@ def _rebalance_options(body: bytes) -> dict[str, Any]:
         data = json.loads(body)
     except ValueError as exc:
         msg = f'rebalance body must be JSON like {{"rebalanceOptions": {{"numWorkers": 2}}}}: {exc}'
-        raise _HttpError(400, "Bad Request", msg) from exc
+        raise _HttpError(400, msg) from exc
     options = data.get("rebalanceOptions", {}) if isinstance(data, dict) else None
     if not isinstance(options, dict):
-        raise _HttpError(400, "Bad Request", '"rebalanceOptions" must be a JSON object')
+        raise _HttpError(400, '"rebalanceOptions" must be a JSON object')
     return options

@@ -2,7 +2,7 @@
 
 A :class:`ClusterSource` answers "which topologies run, on which workers, in what state"
 and carries out the topology actions.  The UI itself never reads heartbeat files or
-ZooKeeper: it asks the source for a :class:`ClusterState`, then reads each worker's own
+ZooKeeper: it asks the source for a :class:`ClusterView`, then reads each worker's own
 ``GET /health`` for the numbers (:mod:`spark_storm.ui.sampler`).
 
 Sources:
@@ -26,9 +26,9 @@ from typing import Any, Final, Protocol
 __all__ = [
     "ALIVE",
     "ClusterSource",
-    "ClusterState",
+    "ClusterView",
     "NimbusInfo",
-    "SupervisorInfo",
+    "SupervisorView",
     "TopologyRef",
     "WorkerRef",
 ]
@@ -76,7 +76,7 @@ class WorkerRef:
 
 
 @dataclass(frozen=True)
-class SupervisorInfo:
+class SupervisorView:
     """A host that runs workers, and its slots (for a local cluster: this machine)."""
 
     id: str
@@ -125,13 +125,13 @@ class TopologyRef:
 
 
 @dataclass(frozen=True)
-class ClusterState:
+class ClusterView:
     """One reading of the cluster."""
 
     kind: str
     description: str
     topologies: tuple[TopologyRef, ...]
-    supervisors: tuple[SupervisorInfo, ...] = ()
+    supervisors: tuple[SupervisorView, ...] = ()
     nimbus: tuple[NimbusInfo, ...] = ()
     rebalance_supported: bool = False
 
@@ -151,7 +151,7 @@ class ClusterSource(Protocol):
     for options it cannot use (a rebalance to 0 workers).
     """
 
-    def state(self) -> ClusterState:
+    def state(self) -> ClusterView:
         """Read the cluster now (cheap: called about once a second)."""
         ...
 

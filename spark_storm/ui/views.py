@@ -14,6 +14,11 @@ another one, a Prometheus scrape — sees the same figures.  For a worker that d
 report them, the UI measures them itself from two readings of the counters
 ``ui.rate.window.secs`` apart (executed delta / seconds; ``busy_s`` — else executed x mean
 latency — delta / seconds).
+
+A component's p50 and p99 come from its tasks' latency histograms (``latency_buckets``, the
+tuples per log-scale bucket over the workers' last one to two windows), added bucket by
+bucket: percentiles themselves cannot be combined, and the slowest task's p99 is not the
+component's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from spark_storm import __version__
+from spark_storm.latency import merge_buckets, percentile_of
 from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, busy_ms
 from spark_storm.ui.source import NimbusInfo
 
@@ -142,7 +148,7 @@ def _worker_uptime(w: WorkerReading) -> float | None:
 def _executor_names(reading: TopologyReading) -> list[str]:
     names: list[str] = []
     for w in _alive(reading):
-        reported = (w.health or {}).get("executors")
+        reported = w.health.get("executors") if w.health is not None else None
         names.extend(reported if isinstance(reported, Mapping) else w.ref.executors)
     return names
 
@@ -247,10 +253,10 @@ def topology_workers(reading: TopologyReading) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- one topology
 def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[str, Any]:
-    h = w.health or {}
+    h = w.health
     up = _worker_uptime(w)
-    rss = h.get("rss_bytes", w.ref.rss_bytes)
-    names = list(h["executors"]) if "executors" in h else list(w.ref.executors)
+    rss = h.get("rss_bytes", w.ref.rss_bytes) if h is not None else w.ref.rss_bytes
+    names = list(h["executors"]) if h is not None and "executors" in h else list(w.ref.executors)
     per_component: dict[str, int] = {}
     for n in names:
         m = _EXECUTOR.match(n)
@@ -266,8 +272,8 @@ def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[
         "topologyName": reading.ref.name,
         "supervisorId": w.ref.supervisor,
         "id": w.ref.id,
-        "host": h.get("host", w.ref.host),
-        "port": h.get("port", w.ref.port),
+        "host": h.get("host", w.ref.host) if h is not None else w.ref.host,
+        "port": h.get("port", w.ref.port) if h is not None else w.ref.port,
         "pid": w.ref.pid,
         "status": status,
         "uptime": pretty_seconds(up),
@@ -280,9 +286,12 @@ def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[
     }
 
 
-def _num(d: Mapping[str, Any], key: str) -> float | None:
-    v = d.get(key)
+def _number(v: object) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _num(d: Mapping[str, Any], key: str) -> float | None:
+    return _number(d.get(key))
 
 
 def _sum_or_none(values: Iterable[float | None]) -> int | None:
@@ -297,6 +306,30 @@ def _max_or_none(values: Iterable[float | None]) -> float | None:
     if not vals or any(v is None for v in vals):
         return None
     return max(v for v in vals if v is not None)
+
+
+def _latency_buckets(task: Mapping[str, Any]) -> list[tuple[float, float]] | None:
+    """Return a task's ``[[upper bound s, tuples], ...]``; None if it reports none (bad pairs are skipped)."""
+    raw = task.get("latency_buckets")
+    if not isinstance(raw, list):
+        return None
+    pairs = []
+    for pair in raw:
+        if isinstance(pair, list) and len(pair) == 2:
+            bound, count = _number(pair[0]), _number(pair[1])
+            if bound is not None and count is not None and count > 0:
+                pairs.append((bound, count))
+    return pairs
+
+
+def _merged_percentiles_ms(tasks: Iterable[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """p50 and p99 in ms of the tasks' histograms added together (None: no task reports one)."""
+    reports = [b for b in map(_latency_buckets, tasks) if b is not None]
+    if not reports:
+        return None, None
+    merged = merge_buckets(reports)
+    p50, p99 = percentile_of(merged, 50), percentile_of(merged, 99)
+    return (None if p50 is None else round(p50 * 1000, 4)), (None if p99 is None else round(p99 * 1000, 4))
 
 
 def _executors(reading: TopologyReading, rates: Mapping[tuple[str, str], tuple[float, float]]) -> list[dict[str, Any]]:
@@ -400,7 +433,7 @@ def _writers(reading: TopologyReading) -> list[dict[str, Any]] | None:
 
 def _component_type(reading: TopologyReading, component: str) -> str | None:
     for w in reading.workers:
-        comps = (w.health or {}).get("components")
+        comps = w.health.get("components") if w.health is not None else None
         if isinstance(comps, Mapping) and isinstance(comps.get(component), Mapping):
             return "source" if comps[component].get("source") else "bolt"
     return None
@@ -422,6 +455,7 @@ def _components(
         capacities = [None if r["capacity"] is None else float(r["capacity"]) for r in rows]
         last = next((e for e in errors or () if e["component"] == cid), None)
         kind = _component_type(reading, cid)
+        p50, p99 = _merged_percentiles_ms(tasks)
         out.append(
             {
                 "componentId": cid,
@@ -439,8 +473,8 @@ def _components(
                 "rate": None if None in rates else round(sum(r for r in rates if r is not None), 1),
                 "executeLatency": _f3(busy / executed) if executed else None,
                 "processLatency": None,
-                "latencyP50Ms": _max_or_none(_num(t, "latency_p50_ms") for t in tasks),
-                "latencyP99Ms": _max_or_none(_num(t, "latency_p99_ms") for t in tasks),
+                "latencyP50Ms": p50,
+                "latencyP99Ms": p99,
                 "capacity": _f3(_max_or_none(capacities)),
                 "queuePopulation": sum(int(r["queue"]["population"] or 0) for r in rows),
                 "queueCapacity": sum(int(r["queue"]["capacity"] or 0) for r in rows),

@@ -10,28 +10,31 @@ One reading (about once a second) lists what nimbus and the workers keep there:
 * ``/supervisors/<id>``: hosts and their slots (used = named by an assignment);
 * ``/nimbus``: the election, leader first.
 
-A worker's liveness is judged as nimbus judges it, on this process's clock: a heartbeat
-znode whose version has not changed for ``ui.worker.timeout.secs`` is ``dead`` (hosts'
-clocks may differ).  Actions are :mod:`spark_storm.cluster.admin`'s, the functions behind
-``spark-storm activate | deactivate | rebalance | kill``: status changes that every worker
-follows, a new worker count nimbus reassigns, a kill nimbus completes after its wait.
+The UI shows what nimbus judges: a slot's owner and whether it is used, and a worker's
+liveness, come from :mod:`spark_storm.cluster.liveness` with nimbus's timeouts
+(``nimbus.task.timeout.secs``, ``nimbus.task.launch.secs``), measured on this process's
+clock (hosts' clocks may differ): a worker is ``starting`` until its first heartbeat and
+``dead`` when nimbus would reassign its slot.  Everything is read through
+:class:`~spark_storm.cluster.state.ClusterState` (its retries, its records).
+
+Actions are :mod:`spark_storm.cluster.admin`'s, the functions behind ``spark-storm
+activate | deactivate | rebalance | kill``: status changes that every worker follows, a
+new worker count nimbus reassigns, a kill nimbus completes after its wait.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from kazoo.exceptions import KazooException, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
-
 from spark_storm.cluster import admin
-from spark_storm.cluster import state as zk
+from spark_storm.cluster.liveness import DEAD, STARTING, WorkerLiveness, slot_owners
+from spark_storm.cluster.records import KILLED, Assignment, HeartbeatZnode
+from spark_storm.cluster.state import ClusterState
 from spark_storm.config import Config
 from spark_storm.errors import (
     ActionNotSupportedError,
@@ -42,16 +45,14 @@ from spark_storm.errors import (
     UnknownTopologyError,
     ZooKeeperUnavailableError,
 )
+from spark_storm.reports import metrics_endpoint
 from spark_storm.topology.assignment import Slot
-from spark_storm.ui.source import ClusterState, NimbusInfo, SupervisorInfo, TopologyRef, WorkerRef
+from spark_storm.ui.source import ClusterView, NimbusInfo, SupervisorView, TopologyRef, WorkerRef
 
 __all__ = ["ZooKeeperSource"]
 
 logger = logging.getLogger(__name__)
 
-#: kazoo's Election is a lock recipe: one ``...__lock__<10-digit sequence>`` node per contender.
-_CONTENDER: Final = re.compile(r"__lock__(\d{10})$")
-_WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "[::]"})
 _REBALANCE_KEYS: Final = frozenset({"numWorkers", "executors"})
 
 
@@ -63,23 +64,23 @@ class ZooKeeperSource:
     state : spark_storm.cluster.state.ClusterState
         A started session on the cluster's ZooKeeper (and root).  A nimbus serving the UI
         passes its own; :meth:`connect` opens one.
-    worker_timeout_s : float
-        A heartbeat znode unchanged this long (on this process's clock) marks its worker
-        ``dead`` (``ui.worker.timeout.secs``).
+    liveness : WorkerLiveness, optional
+        Judges workers alive, starting or dead; default nimbus's rules with the timeouts of
+        ``state.conf`` (``nimbus.task.timeout.secs``, ``nimbus.task.launch.secs``).
     close_state : bool
         Close ``state`` in :meth:`close` (True when this source opened it).
     """
 
     kind = "cluster"
 
-    def __init__(self, state: zk.ClusterState, worker_timeout_s: float = 10.0, *, close_state: bool = False) -> None:
+    def __init__(
+        self, state: ClusterState, liveness: WorkerLiveness | None = None, *, close_state: bool = False
+    ) -> None:
         self.zk = state
-        self.worker_timeout_s = worker_timeout_s
+        self.liveness = liveness or WorkerLiveness.from_conf(state.conf)
         self._close_state = close_state
-        self._read_timeout_s = state.conf.get_int("storm.zookeeper.session.timeout", minimum=1) / 1000
         self._lock = threading.Lock()
-        self._seen: dict[tuple[str, Slot], tuple[int, float]] = {}  # heartbeat version, when it last changed
-        self._last: ClusterState | None = None
+        self._last: ClusterView | None = None
         self._outage_since: float | None = None
         self._rebalances: dict[str, threading.Timer] = {}
 
@@ -94,8 +95,7 @@ class ZooKeeperSource:
         ConfigError
             The address is not of that form.
         """
-        state = zk.ClusterState(zookeeper, conf).start()
-        return cls(state, float(conf.get_int("ui.worker.timeout.secs", minimum=1)), close_state=True)
+        return cls(ClusterState(zookeeper, conf).start(), close_state=True)
 
     @property
     def description(self) -> str:
@@ -103,7 +103,7 @@ class ZooKeeperSource:
         return f"cluster: ZooKeeper {self.zk.address}"
 
     # ------------------------------------------------------------------ reading
-    def state(self) -> ClusterState:
+    def state(self) -> ClusterView:
         """Read the cluster; while ZooKeeper is unreachable, the last reading (the description says so)."""
         try:
             reading = self._read()
@@ -116,7 +116,7 @@ class ZooKeeperSource:
                 last = self._last
             note = f"ZooKeeper {self.zk.address} unreachable since {since}: showing its last reading"
             if last is None:
-                return ClusterState(self.kind, f"{self.description} ({note})", (), rebalance_supported=True)
+                return ClusterView(self.kind, f"{self.description} ({note})", (), rebalance_supported=True)
             return dataclasses.replace(last, description=f"{last.description} ({note})")
         with self._lock:
             if self._outage_since is not None:
@@ -125,13 +125,10 @@ class ZooKeeperSource:
             self._last = reading
         return reading
 
-    def _read(self) -> ClusterState:
+    def _read(self) -> ClusterView:
         now = time.time()
         supervisors = self.zk.supervisors()
-        owner: dict[Slot, str] = {}
-        for sid, info in sorted(supervisors.items()):
-            for slot in info.slots:
-                owner.setdefault(slot, sid)  # a slot offered twice: the first, as nimbus does
+        owner, _conflicts = slot_owners(supervisors)  # nimbus logs the conflicts
         used: set[Slot] = set()
         seen: set[tuple[str, Slot]] = set()
         topologies = []
@@ -164,11 +161,9 @@ class ZooKeeperSource:
                     record.workers,
                 )
             )
-        with self._lock:
-            for key in set(self._seen) - seen:
-                del self._seen[key]
+        self.liveness.retain(seen)
         sups = tuple(
-            SupervisorInfo(
+            SupervisorView(
                 sid,
                 info.host,
                 len(info.ports),
@@ -178,7 +173,7 @@ class ZooKeeperSource:
             )
             for sid, info in sorted(supervisors.items())
         )
-        return ClusterState(
+        return ClusterView(
             kind=self.kind,
             description=self.description,
             topologies=tuple(topologies),
@@ -190,7 +185,7 @@ class ZooKeeperSource:
     def _status(self, name: str, status: str) -> str:
         with self._lock:
             timer = self._rebalances.get(name)
-        if status != zk.KILLED and timer is not None and timer.is_alive():
+        if status != KILLED and timer is not None and timer.is_alive():
             return "REBALANCING"
         return status.upper()
 
@@ -198,29 +193,22 @@ class ZooKeeperSource:
         self,
         topology: str,
         slot: Slot,
-        assignment: zk.Assignment | None,
-        heartbeat: zk.Heartbeat | None,
+        assignment: Assignment | None,
+        heartbeat: HeartbeatZnode | None,
         owner: Mapping[Slot, str],
     ) -> WorkerRef:
         executors: tuple[str, ...] = ()
         if assignment is not None and slot in assignment.slots:
             executors = tuple(str(e) for e in assignment.executors_of(slot))
-        if heartbeat is None:  # assigned, its supervisor has not started it yet
-            return WorkerRef(topology, slot.host, slot.port, "starting", owner.get(slot, ""), executors=executors)
+        verdict = self.liveness.judge(topology, slot, heartbeat, owner)
+        if heartbeat is None:  # assigned; its supervisor has not started it yet, or it never came
+            status = DEAD if verdict.dead else STARTING
+            return WorkerRef(topology, slot.host, slot.port, status, owner.get(slot, ""), executors=executors)
         record = heartbeat.record
-        status = str(record.get("status", "running"))
-        mono = time.monotonic()
-        with self._lock:
-            version, since = self._seen.get((topology, slot), (None, mono))
-            if version != heartbeat.version:
-                since = mono
-                self._seen[(topology, slot)] = (heartbeat.version, mono)
-        if status != "stopped" and mono - since > self.worker_timeout_s:
-            status = "dead"
-        mhost = record.get("metrics_host")
-        mport = record.get("metrics_port")
-        pid = record.get("pid")
-        uptime = record.get("uptime_s")
+        status = record["status"]
+        if verdict.dead and status != "stopped":  # a stopped worker's last record says so: it ended in order
+            status = DEAD
+        endpoint = metrics_endpoint(record, slot.host)
         return WorkerRef(
             topology=topology,
             host=slot.host,
@@ -228,63 +216,29 @@ class ZooKeeperSource:
             status=status,
             supervisor=owner.get(slot, ""),
             heartbeat_time=heartbeat.modified or None,
-            uptime_s=float(uptime) if isinstance(uptime, int | float) else None,
-            pid=pid if isinstance(pid, int) else None,
-            # a worker's endpoint on its metrics host when it names one, else on its slot's host
-            metrics_host=mhost if isinstance(mhost, str) and mhost not in _WILDCARD_HOSTS else slot.host,
-            metrics_port=mport if isinstance(mport, int) and not isinstance(mport, bool) else None,
-            executors=executors or tuple(str(e) for e in record.get("executors") or ()),
+            uptime_s=float(record["uptime_s"]),
+            pid=record["pid"],
+            metrics_host=endpoint[0] if endpoint else slot.host,
+            metrics_port=endpoint[1] if endpoint else None,
+            executors=executors or tuple(record["executors"]),
         )
 
     def _nimbuses(self, now: float) -> tuple[NimbusInfo, ...]:
-        """Return the election's contenders, leader first (the lowest sequence holds kazoo's lock).
-
-        Read here rather than with ``ClusterState.nimbus_contenders()`` because the UI also
-        wants each contender node's creation time (the nimbus's uptime in the election).
-        """
-        base = f"{self.zk.root}/nimbus"
-        nodes = sorted(
-            ((m.group(1), child) for child in self._zk("list", base) or () if (m := _CONTENDER.search(child))),
-        )
+        """Return the election's contenders, leader first, with their uptime in the election."""
         out = []
-        for i, (_seq, child) in enumerate(nodes):
-            got = self._zk("get", f"{base}/{child}")
-            if got is None:
-                continue  # that nimbus left meanwhile
-            identifier = got[0].decode("utf-8", "replace")
-            host, _, pid_text = identifier.rpartition(":")
+        for i, contender in enumerate(self.zk.nimbus_contenders()):
+            host, _, pid_text = contender.id.rpartition(":")
             out.append(
                 NimbusInfo(
-                    host=host or identifier,
+                    host=host or contender.id,
                     port=None,
                     status="Leader" if i == 0 else "Not a Leader",
-                    uptime_s=max(0.0, now - got[1].ctime / 1000),
-                    id=identifier,
+                    uptime_s=max(0.0, now - contender.since),
+                    id=contender.id,
                     pid=int(pid_text) if pid_text.isdigit() else None,
                 )
             )
-        if out and out[0].status != "Leader":  # the leader's node vanished between the list and the read
-            out[0] = dataclasses.replace(out[0], status="Leader")
         return tuple(out)
-
-    def _zk(self, op: str, path: str) -> Any:
-        """One read on the session (``list`` or ``get``); None if the node is gone.
-
-        Never waits on a disconnected session (kazoo would queue the request until it
-        reconnects): the reading is skipped with ZooKeeperUnavailableError instead.
-        """
-        client = self.zk.client
-        if not client.connected:
-            msg = f"ZooKeeper at {self.zk.address} is not connected (reading {path})"
-            raise ZooKeeperUnavailableError(msg)
-        call = client.get_children_async if op == "list" else client.get_async
-        try:
-            return call(path).get(timeout=self._read_timeout_s)
-        except NoNodeError:
-            return None
-        except (KazooException, KazooTimeoutError) as exc:
-            msg = f"ZooKeeper at {self.zk.address} did not answer (reading {path}: {type(exc).__name__})"
-            raise ZooKeeperUnavailableError(msg) from exc
 
     # ------------------------------------------------------------------ actions
     def _act(self, topology_id: str, what: str, action: Callable[[], object]) -> None:
@@ -320,7 +274,7 @@ class ZooKeeperSource:
 
         def check() -> None:
             record = self.zk.read_topology(topology_id)
-            if record.status == zk.KILLED:
+            if record.status == KILLED:
                 msg = f"topology {topology_id!r} is being killed; it cannot be rebalanced"
                 raise ClusterError(msg)
             admin.require_nimbus(self.zk)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
 from spark_storm.worker.bolt import (
     BatchBolt,
     BatchOutputCollector,
@@ -11,8 +13,7 @@ from spark_storm.worker.bolt import (
     PassThroughBolt,
     TopologyContext,
 )
-from spark_storm.worker.columnar import ColumnarBatch
-from spark_storm.worker.tuples import BROADCAST_TASK, Tuple
+from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
 from spark_storm.worker.worker import Worker
 
 __all__ = [
@@ -21,9 +22,12 @@ __all__ = [
     "BatchOutputCollector",
     "Bolt",
     "ColumnarBatch",
+    "KeyValueState",
     "OutputCollector",
     "PassThroughBatchBolt",
     "PassThroughBolt",
+    "StatefulBatchBolt",
+    "StatefulBolt",
     "TopologyContext",
     "Tuple",
     "Worker",

@@ -35,17 +35,45 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
 
-from spark_storm.worker.tuples import GroupTracker
+from spark_storm.codec.tuples import NO_ANCHORS, Anchor
+from spark_storm.messaging.wire import FAILED as FAILED_STATUS
+from spark_storm.messaging.wire import PROCESSED as PROCESSED_STATUS
 
-__all__ = ["ACKER_TASK", "Acker", "new_edge", "worker_id"]
+__all__ = [
+    "ACKER_TASK",
+    "ACK_OP",
+    "FAIL_OP",
+    "TOUCHED",
+    "Acker",
+    "GroupTracker",
+    "OpSink",
+    "ack_ops",
+    "batch_edge",
+    "child_anchors",
+    "fail_ops",
+    "new_edge",
+    "row_edges",
+    "split_edges",
+    "worker_id",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Wire task id of a worker's acker (topologies use task ids below it).
 ACKER_TASK: Final = 0x7FFF
+#: Acker update opcodes: ``[ACK_OP, root, value, (workers touched)]`` and ``[FAIL_OP, root, 0]``.
+ACK_OP: Final = 1
+FAIL_OP: Final = 2
+#: Key of a parent's ``pending`` dict holding the ids of the workers its anchored children
+#: went to (a frozenset); they travel with the parent's ack to the roots' ackers, so a
+#: worker that loses a peer fails exactly the trees that passed through it.
+TOUCHED: Final = (-1, -1)
+
+#: ``sink(worker_id, op)``: where an acker update goes (the executor batches them per worker).
+OpSink = Callable[[int, list[Any]], None]
 
 _rng = random.SystemRandom()
 
@@ -64,10 +92,69 @@ def worker_id(slot: object) -> int:
     return zlib.crc32(str(slot).encode("utf-8")) & 0x7FFFFFFF
 
 
-class Acker:
-    """The roots of one worker: value per root, its group tracker, and when it was born."""
+class GroupTracker:
+    """Counts the acks of one delivery group's tuple trees; reports PROCESSED when all are in.
 
-    def __init__(self) -> None:
+    The worker calls :meth:`expect` while decoding, :meth:`sealed` once every tuple is
+    queued; the acker calls :meth:`ack` / :meth:`fail` as trees complete.  The first fail
+    reports FAILED (the sender retries the group; delivery is at-least-once).
+    """
+
+    __slots__ = ("_done", "_failed", "_lock", "_pending", "_sealed")
+
+    def __init__(self, done: Callable[[int], None]) -> None:
+        self._done = done
+        self._pending = 0
+        self._sealed = False
+        self._failed = False
+        self._lock = threading.Lock()
+
+    def expect(self, n: int) -> None:
+        with self._lock:
+            self._pending += n
+
+    def sealed(self) -> None:
+        with self._lock:
+            self._sealed = True
+            finished = self._pending == 0 and not self._failed
+        if finished:
+            self._done(PROCESSED_STATUS)
+
+    def ack(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            finished = self._sealed and self._pending == 0 and not self._failed
+        if finished:
+            self._done(PROCESSED_STATUS)
+
+    def fail(self) -> None:
+        with self._lock:
+            first = not self._failed
+            self._failed = True
+        if first:
+            self._done(FAILED_STATUS)
+
+    def release(self) -> None:
+        """Report PROCESSED now, whatever is pending (a rollback dropped the trees; the input log replays them)."""
+        with self._lock:
+            finished = self._failed or (self._sealed and self._pending == 0)
+            self._failed = True  # nothing reports again
+            self._pending = 0
+        if not finished:
+            self._done(PROCESSED_STATUS)
+
+
+class Acker:
+    """The roots of one worker: value per root, its group tracker, and when it was born.
+
+    Parameters
+    ----------
+    clock : callable, optional
+        Seconds on a monotonic clock (tests pass their own; default ``time.monotonic``).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._vals: dict[int, int] = {}
         self._trackers: dict[int, GroupTracker] = {}
@@ -90,7 +177,7 @@ class Acker:
                 root = new_edge()
             self._vals[root] = edge
             self._trackers[root] = tracker
-            self._born[root] = time.monotonic()
+            self._born[root] = self._clock()
         return root, edge
 
     def update(self, root: int, value: int, touched: Iterable[int] = ()) -> None:
@@ -133,7 +220,7 @@ class Acker:
 
     def expire(self, timeout_s: float) -> int:
         """Fail the roots pending longer than ``timeout_s`` (Storm's message timeout); return how many."""
-        limit = time.monotonic() - timeout_s
+        limit = self._clock() - timeout_s
         failed = []
         with self._lock:
             while self._born:
@@ -148,6 +235,18 @@ class Acker:
             tracker.fail()
         return len(failed)
 
+    def release_all(self) -> int:
+        """Drop every pending tree, reporting its group PROCESSED (a rollback); return how many groups."""
+        with self._lock:
+            trackers = {id(t): t for t in self._trackers.values()}
+            self._vals.clear()
+            self._trackers.clear()
+            self._born.clear()
+            self._touched.clear()
+        for tracker in trackers.values():
+            tracker.release()
+        return len(trackers)
+
     def peer_lost(self, worker: int) -> int:
         """Fail the trees that passed through worker ``worker`` (an id), whose connection dropped; return how many."""
         with self._lock:
@@ -157,3 +256,88 @@ class Acker:
         for tracker in trackers:
             tracker.fail()
         return len(trackers)
+
+
+# --- the XOR algebra of tuple trees (every place an edge is made, split, merged or acked) ---
+
+
+def child_anchors(parents: Sequence[Any], workers: Sequence[int]) -> list[list[Anchor]] | None:
+    """Give each emitted copy a fresh edge in every tree its parents belong to (Storm's acker).
+
+    ``parents``: tuples or batches the copies derive from (their ``pending`` records each
+    child's edge, acked with the parent); ``workers``: per copy, the id of the worker it
+    goes to (-1: this one).  Returns one anchor list per copy, or None when no parent is tracked.
+    """
+    if not any(p.anchors for p in parents):
+        return None
+    touched = frozenset(w for w in workers if w >= 0)
+    trees = []
+    for _ in workers:
+        edge = new_edge()
+        child: dict[tuple[int, int], int] = {}
+        for parent in parents:
+            if not parent.anchors:
+                continue
+            if parent.pending is None:
+                parent.pending = {}
+            pending = parent.pending
+            if touched:
+                pending[TOUCHED] = pending.get(TOUCHED, frozenset()) | touched
+            for worker, root, _e in parent.anchors:
+                key = (worker, root)
+                pending[key] = pending.get(key, 0) ^ edge
+                child[key] = child.get(key, 0) ^ edge
+        trees.append([(s, r, e) for (s, r), e in child.items()])
+    return trees
+
+
+def ack_ops(item: Any, sink: OpSink) -> None:
+    """Ack a tuple or batch in every tree it belongs to: ``edge ^ pending`` per root; once only."""
+    anchors, item.anchors = item.anchors, NO_ANCHORS  # acking twice must not count twice
+    pending = item.pending or {}
+    touched = sorted(pending.get(TOUCHED, ()))
+    for worker, root, edge in anchors:
+        op: list[Any] = [ACK_OP, root, edge ^ pending.get((worker, root), 0)]
+        if touched:
+            op.append(touched)
+        sink(worker, op)
+
+
+def fail_ops(item: Any, sink: OpSink) -> None:
+    """Fail every tree a tuple or batch belongs to; once only."""
+    anchors, item.anchors = item.anchors, NO_ANCHORS
+    for worker, root, _edge in anchors:
+        sink(worker, [FAIL_OP, root, 0])
+
+
+def split_edges(anchors: Sequence[Anchor], pieces: int, sink: OpSink) -> list[list[Anchor]]:
+    """Replace a batch's edge (per root) by one new edge per piece, in one acker update per root."""
+    out: list[list[Anchor]] = [[] for _ in range(pieces)]
+    for worker, root, edge in anchors:
+        update = edge
+        for i in range(pieces):
+            new = new_edge()
+            update ^= new
+            out[i].append((worker, root, new))
+        sink(worker, [ACK_OP, root, update])
+    return out
+
+
+def row_edges(anchors: Sequence[Anchor], rows: int, sink: OpSink) -> list[list[Anchor]]:
+    """Turn a batch's edge into one edge per row as it becomes ``rows`` tuples (``E ^ e1 ^ ... ^ en``)."""
+    return split_edges(anchors, rows, sink) if anchors and rows else [[] for _ in range(rows)]
+
+
+def batch_edge(items: Iterable[Any], sink: OpSink) -> list[Anchor]:
+    """Tuples becoming one batch: their edges are acked and one new edge per root replaces them."""
+    roots: dict[tuple[int, int], int] = {}
+    for item in items:
+        for worker, root, edge in item.anchors:
+            key = (worker, root)
+            roots[key] = roots.get(key, 0) ^ edge
+    anchors: list[Anchor] = []
+    for (worker, root), acked in roots.items():
+        edge = new_edge()
+        anchors.append((worker, root, edge))
+        sink(worker, [ACK_OP, root, acked ^ edge])
+    return anchors

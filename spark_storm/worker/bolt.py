@@ -2,10 +2,10 @@
 
 Two kinds of bolt run in the same topology:
 
-* :class:`Bolt` — Storm's API, one :class:`~spark_storm.worker.tuples.Tuple` per
+* :class:`Bolt` — Storm's API, one :class:`~spark_storm.codec.tuples.Tuple` per
   ``execute`` call, ``collector.emit(values)``;
 * :class:`BatchBolt` — columnar: ``execute_batch`` gets a
-  :class:`~spark_storm.worker.columnar.ColumnarBatch` (a ``pyarrow.RecordBatch`` of the
+  :class:`~spark_storm.codec.columnar.ColumnarBatch` (a ``pyarrow.RecordBatch`` of the
   input stream's fields plus its origin) and emits record batches with
   ``collector.emit_batch``; groupings route batches with numpy, and batches cross
   workers as Arrow IPC.  Nothing is turned into Python rows unless a tuple bolt is
@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from spark_storm.codec.tuples import Tuple
 from spark_storm.topology.model import DEFAULT_STREAM
-from spark_storm.worker.tuples import Tuple
 
 if TYPE_CHECKING:
-    from spark_storm.worker.columnar import ColumnarBatch
+    from spark_storm.codec.columnar import ColumnarBatch
 
 __all__ = [
     "BatchBolt",

@@ -1,8 +1,16 @@
 """The worker's HTTP endpoint: Prometheus metrics, health, activate/deactivate.
 
 ``GET /metrics`` (Prometheus text format, written by ``prometheus_client``), ``GET /health``
-(JSON), ``POST /activate``, ``POST /deactivate``.  Binds ``topology.worker.metrics.host``
-(loopback by default).
+(JSON), ``POST /activate``, ``POST /deactivate`` (JSON ``{"active": ...}``).  Binds
+``topology.worker.metrics.host`` (loopback by default).  Replies follow the package's one
+HTTP policy (:mod:`spark_storm.http_policy`): a POST from a web page of another origin is
+refused (403), so a page in the user's browser cannot pause a loopback worker.
+
+Execute latency is a Prometheus histogram per task
+(``spark_storm_bolt_execute_latency_seconds``: ``_bucket{le=...}``, ``_sum``, ``_count``,
+one bucket per doubling from 1 µs), counting tuples, so ``_count`` is the task's
+``executed`` and a component's percentiles are ``histogram_quantile`` over the sum of its
+tasks' buckets; percentile gauges could not be added up.
 
 The metrics come from one custom collector that turns :meth:`Worker.metrics` into metric
 families at scrape time, so each family is written once with all its samples (the
@@ -12,16 +20,19 @@ exposition format forbids interleaving families) and the names and escaping are
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
+
+from spark_storm.http_policy import JsonRequestHandler
+from spark_storm.latency import PROMETHEUS_BOUNDS_S, cumulative_counts
+from spark_storm.reports import WorkerMetrics
 
 __all__ = ["Controllable", "WorkerCollector", "prometheus_text", "start_metrics_server"]
 
@@ -29,7 +40,7 @@ __all__ = ["Controllable", "WorkerCollector", "prometheus_text", "start_metrics_
 class Controllable(Protocol):
     """What the endpoint needs from a worker: its metrics, and activate/deactivate."""
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> WorkerMetrics:
         """Everything countable, as :meth:`Worker.metrics` returns it."""
 
     def activate(self) -> None:
@@ -46,10 +57,9 @@ _TASK_COUNTERS = ("executed", "batches", "emitted", "acked", "failed", "errors")
 # Optional per-task and per-executor keys: exported when the worker reports them.
 _TASK_GAUGES = {
     "latency_ms": "mean execute latency in ms",
-    "latency_p50_ms": "median execute latency in ms",
-    "latency_p99_ms": "99th percentile execute latency in ms",
     "rate": "tuples executed per second, now",
 }
+_LATENCY_DOC = "execute latency in seconds, counting tuples (a sampled execute stands for its batch)"
 
 
 class _Families:
@@ -58,6 +68,7 @@ class _Families:
     def __init__(self, topology: str, worker: str) -> None:
         self._base = (topology, worker)
         self._families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self._histograms: dict[str, HistogramMetricFamily] = {}
 
     def add(self, kind: str, name: str, doc: str, labels: Mapping[str, object], value: object) -> None:
         if isinstance(value, bool):
@@ -73,8 +84,23 @@ class _Families:
             self._families[full] = family
         family.add_metric([*self._base, *(str(v) for v in labels.values())], float(value))
 
+    def add_histogram(self, name: str, doc: str, labels: Mapping[str, object], buckets: object, sum_s: object) -> None:
+        """Add one histogram from reported ``[upper bound, count]`` pairs (per bucket, not cumulative)."""
+        if not isinstance(buckets, list) or not isinstance(sum_s, int | float):
+            return  # a worker that reports no histogram has no sample here
+        pairs: list[Sequence[float]] = [b for b in buckets if isinstance(b, list | tuple) and len(b) == 2]
+        full = f"spark_storm_{name}"
+        family = self._histograms.get(full)
+        if family is None:
+            family = HistogramMetricFamily(full, doc, labels=["topology", "worker", *labels])
+            self._histograms[full] = family
+        total = float(sum(c for _, c in pairs))
+        cumulative = [(repr(le), n) for le, n in cumulative_counts(pairs, PROMETHEUS_BOUNDS_S)]
+        family.add_metric([*self._base, *(str(v) for v in labels.values())], [*cumulative, ("+Inf", total)], sum_s)
+
     def __iter__(self) -> Iterator[Metric]:
-        return iter(self._families.values())
+        yield from self._families.values()
+        yield from self._histograms.values()
 
 
 def _families(m: Mapping[str, Any]) -> _Families:
@@ -138,6 +164,13 @@ def _families(m: Mapping[str, Any]) -> _Families:
             for key, doc in _TASK_GAUGES.items():
                 if key in st:
                     out.add("gauge", f"bolt_{key}", doc, labels, st[key])
+            out.add_histogram(
+                "bolt_execute_latency_seconds",
+                _LATENCY_DOC,
+                labels,
+                st.get("latency_total_buckets"),
+                st.get("latency_total_sum_s"),
+            )
     return out
 
 
@@ -169,35 +202,30 @@ def start_metrics_server(worker: Controllable, host: str, port: int) -> tuple[Th
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(worker.metrics))
 
-    class Handler(BaseHTTPRequestHandler):
-        def _reply(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    class Handler(JsonRequestHandler):
+        server_version = "spark-storm-worker"
+        json_default = str
 
         def do_GET(self) -> None:
             if self.path == "/metrics":
                 # 0.0.4: what generate_latest writes, and what every Prometheus version reads
-                self._reply(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
+                self.send_body(200, generate_latest(registry), CONTENT_TYPE_PLAIN_0_0_4)
             elif self.path == "/health":
-                self._reply(200, json.dumps(worker.metrics(), default=str).encode(), "application/json")
+                self.send_json(200, worker.metrics())
             else:
-                self._reply(404, b"try /metrics or /health\n", "text/plain")
+                self.send_json_error(404, f"no such path: GET {self.path}; try /metrics or /health")
 
         def do_POST(self) -> None:
+            if self.path not in ("/activate", "/deactivate"):
+                self.send_json_error(404, f"no such action: POST {self.path}; POST /activate or /deactivate")
+                return
+            if self.refuse_cross_origin():
+                return
             if self.path == "/activate":
                 worker.activate()
-                self._reply(200, b"active\n", "text/plain")
-            elif self.path == "/deactivate":
-                worker.deactivate()
-                self._reply(200, b"inactive\n", "text/plain")
             else:
-                self._reply(404, b"POST /activate or /deactivate\n", "text/plain")
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
+                worker.deactivate()
+            self.send_json(200, {"active": self.path == "/activate"})
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

@@ -27,9 +27,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["BatchQueue"]
+from spark_storm.reports import QueueMetrics
+
+__all__ = ["BatchQueue", "QueueItem"]
 
 T = TypeVar("T")
+
+#: An executor queue item: (task, list of tuples) or (task, columnar batch); the task may be
+#: BROADCAST_TASK (every task of the executor).
+QueueItem = tuple[int, Any]
 
 
 class BatchQueue(Generic[T]):
@@ -167,6 +173,20 @@ class BatchQueue(Generic[T]):
             self._on_low()
         return out
 
+    def clear(self) -> int:
+        """Drop everything queued (a rollback); return the weight dropped, counted as consumed."""
+        with self._lock:
+            dropped = self._size
+            self._items.clear()
+            self._size = 0
+            self.consumed += dropped
+            self._not_full.notify_all()
+            cleared = self._over_high
+            self._over_high = False
+        if cleared and self._on_low is not None:
+            self._on_low()
+        return dropped
+
     def wake(self) -> None:
         """Wake a waiting consumer (an activate or a stop); returns once no take is under way."""
         with self._lock:
@@ -179,7 +199,7 @@ class BatchQueue(Generic[T]):
             self._not_full.notify_all()
             self._not_empty.notify_all()
 
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> QueueMetrics:
         """capacity, population, overflow, published, consumed, arrival_rate (tuples/s), backpressure."""
         now = time.monotonic()
         then, count = self._rate_mark

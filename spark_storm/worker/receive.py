@@ -6,11 +6,16 @@ Here the same happens per *batch* of messages:
 
 1. messages are grouped by destination task (one pass; a batch for a single task — the
    usual case — is not even split);
-2. each task's payloads are decoded in bulk (one msgpack call per payload, no per-tuple
-   dispatch), into one list of :class:`~spark_storm.worker.tuples.Tuple` per message
-   run, or one :class:`~spark_storm.worker.columnar.ColumnarBatch` per Arrow payload when
-   the task runs a batch bolt (Spark's Arrow never becomes Python rows then);
-3. every executor's share is published with one ``publish``.
+2. each task's payloads are decoded in bulk by the codec's decoders
+   (:class:`~spark_storm.codec.SourceDecoder` for what clients send to source tasks,
+   :class:`~spark_storm.codec.BoltDecoder` for what bolts send each other), into one list
+   of :class:`~spark_storm.codec.Tuple` per message run, or one
+   :class:`~spark_storm.codec.ColumnarBatch` per Arrow payload when the task runs a batch
+   bolt (Spark's Arrow never becomes Python rows then);
+3. tracked source tuples root their tuple trees, and every executor's share is published
+   with one ``publish``.
+
+This module only routes: every check on the bytes happens in the decoders.
 
 Unknown task ids are counted, logged (rate-limited) and dropped or dead-lettered; tasks
 that moved to another worker (a newer plan) are forwarded there.  Delivery groups
@@ -25,59 +30,37 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
+from spark_storm.codec.tuples import BROADCAST_TASK
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
-from spark_storm.messaging import IConnection, IConnectionCallback, MessageBatch, TaskMessage
+from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
-from spark_storm.topology.assignment import Plan
-from spark_storm.topology.model import DEFAULT_STREAM
-from spark_storm.worker.acker import ACKER_TASK, Acker
-from spark_storm.worker.columnar import ColumnarBatch, batch_from_rows, rows_of, select_fields
-from spark_storm.worker.executor import QueueItem, WorkerView
-from spark_storm.worker.payloads import ARROW_STREAM_MAGIC, read_arrow, unpack_bolt
-from spark_storm.worker.queue import BatchQueue
+from spark_storm.reports import WriterCounts, WriterMetrics
+from spark_storm.state.backend import GroupKey
+from spark_storm.state.protocol import STATUS, encode_body
+from spark_storm.worker.acker import ACKER_TASK, GroupTracker
+from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import LatencyHistogram
-from spark_storm.worker.tuples import BROADCAST_TASK, GroupTracker, Tuple, TupleSource
+
+if TYPE_CHECKING:
+    from spark_storm.worker.state import WorkerState
 
 __all__ = [
     "DeserializingConnectionCallback",
     "GroupRejected",
-    "ReceiveHost",
     "Receiver",
     "WriterStats",
-    "stream_fields",
 ]
 
 logger = logging.getLogger(__name__)
-_PAYLOAD = "Arrow payload"
-_SEND_FIELDS = "send the source's fields"
 
 
 class GroupRejected(StormError):
     """A delivery group held a payload the worker cannot decode; nothing of it was queued."""
-
-
-class ReceiveHost(WorkerView, Protocol):
-    """What the receive path needs from the worker's state."""
-
-    @property
-    def acker(self) -> Acker: ...
-
-    def kind_of(self, task: int) -> str | None:
-        """``tuple`` or ``batch`` for a local task's executor, None when not local."""
-
-    def all_queues(self) -> list[BatchQueue[QueueItem]]:
-        """Every local executor queue (for broadcast)."""
-
-    def client_source(self, task: int) -> TupleSource:
-        """Return the origin record of tuples a client sends to source task ``task``."""
-
-    def forward(self, messages: list[TaskMessage]) -> None:
-        """Send messages for tasks that now live on another worker there."""
-
-    def reroute(self, items: list[QueueItem], weights: list[int]) -> None:
-        """Deliver items that a stopped executor's queue refused to where their tasks are now."""
 
 
 class WriterStats:
@@ -85,7 +68,7 @@ class WriterStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queries: dict[str, dict[str, Any]] = {}
+        self._queries: dict[str, WriterCounts] = {}
         self._seen: dict[str, set[tuple[int, int, int]]] = {}
         self._latency: dict[str, LatencyHistogram] = {}
 
@@ -138,9 +121,9 @@ class WriterStats:
             else:
                 self._latency[header.query_id].record(time.monotonic() - since)
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def snapshot(self) -> list[WriterMetrics]:
         with self._lock:
-            out = []
+            out: list[WriterMetrics] = []
             for qid, q in self._queries.items():
                 hist = self._latency[qid]
                 p50, p99 = hist.percentile(50), hist.percentile(99)
@@ -159,20 +142,23 @@ class Receiver:
 
     Parameters
     ----------
-    host : ReceiveHost
+    host : WorkerState
         The worker's state.
     dead_letter_file : str, optional
         Where messages for unknown tasks go (JSON lines); dropped when None.
     """
 
-    def __init__(self, host: ReceiveHost, dead_letter_file: str | None = None) -> None:
+    def __init__(self, host: WorkerState, dead_letter_file: str | None = None) -> None:
         self._host = host
+        self._sources = SourceDecoder(host.serializer)
+        self._bolts = BoltDecoder(host.serializer, host.source_of, lambda: host.generation)
         self._dead_letter_path = dead_letter_file
         self._lock = threading.Lock()
         self._last_unknown_log = 0.0
         self.writers = WriterStats()
         self.busy = False
         self.counters = {
+            "replayed_tuples": 0,
             "received": 0,
             "tuples_in": 0,
             "source_tuples_in": 0,
@@ -189,6 +175,7 @@ class Receiver:
         payloads: list[bytes],
         tracker: GroupTracker | None = None,
         atomic: bool = False,
+        key: GroupKey | None = None,
     ) -> int:
         """Decode messages and publish each executor's share with one ``publish``.
 
@@ -196,8 +183,25 @@ class Receiver:
         source tuple (or source batch) roots a tuple tree that reports to it.
         ``atomic`` (delivery groups): a bad payload rejects the whole group before
         anything is queued (:class:`GroupRejected`); otherwise it is dropped, counted
-        and logged.
+        and logged.  In a stateful topology what source tasks accept goes to their input
+        logs first (``key``: the delivery group's), and while a rollback replays those
+        logs it is only logged: the replay publishes it (docs/state.md).
         """
+        checkpoints = self._host.checkpoints
+        if checkpoints is None:
+            return self._transfer(tasks, payloads, tracker, atomic, None, True)
+        with checkpoints.gate:
+            return self._transfer(tasks, payloads, tracker, atomic, key, not checkpoints.replaying)
+
+    def _transfer(
+        self,
+        tasks: list[int],
+        payloads: list[bytes],
+        tracker: GroupTracker | None,
+        atomic: bool,
+        key: GroupKey | None,
+        publish_sources: bool,
+    ) -> int:
         n = len(tasks)
         if not n:
             return 0
@@ -214,8 +218,11 @@ class Receiver:
                     group.append(payload)
         host = self._host
         plan = host.plan
+        checkpoints = host.checkpoints
         publish: dict[int, tuple[BatchQueue[QueueItem], list[QueueItem], list[int]]] = {}
         broadcast: list[tuple[QueueItem, int]] = []
+        reroute: list[tuple[QueueItem, int]] = []
+        to_log: list[tuple[int, list[bytes]]] = []
         published = from_clients = 0
         for task, group in by_task.items():
             kind = host.kind_of(task)
@@ -237,7 +244,11 @@ class Receiver:
                         self._unknown(task, payload)
                 continue
             if plan.topology.components[plan.task_component[task]].source:
-                items = self._decode_source(task, group, kind, tracker, atomic)
+                items = self._decode_source(task, group, kind, tracker if publish_sources else None, atomic)
+                if checkpoints is not None:
+                    to_log.append((task, group))
+                if not publish_sources:
+                    continue
                 from_clients += sum(w for _, w in items)
             else:
                 items = self._decode_bolt(task, group, atomic)
@@ -245,8 +256,7 @@ class Receiver:
                 continue
             queue = host.queue_of(task)
             if queue is None:  # a refresh moved the task away since kind_of(): deliver where it is now
-                host.reroute([item for item, _ in items], [weight for _, weight in items])
-                published += sum(weight for _, weight in items)
+                reroute.extend(items)
                 continue
             entry = publish.get(id(queue))
             if entry is None:
@@ -255,6 +265,12 @@ class Receiver:
                 entry[1].append(item)
                 entry[2].append(weight)
                 published += weight
+        if checkpoints is not None:  # the whole message decoded: log it before anything is queued or acked
+            for task, group in to_log:
+                checkpoints.log(task, key, group)
+        if reroute:
+            host.reroute([item for item, _ in reroute], [weight for _, weight in reroute])
+            published += sum(weight for _, weight in reroute)
         for item, weight in broadcast:
             for queue in host.all_queues():
                 queue.publish([item], [weight])
@@ -265,36 +281,104 @@ class Receiver:
         self.counters["source_tuples_in"] += from_clients
         return published
 
+    def replay(self, task: int, payloads: list[bytes]) -> int:
+        """Publish input-log payloads of source task ``task`` again, untracked (a rollback's replay)."""
+        host = self._host
+        kind = host.kind_of(task)
+        if kind is None:
+            logger.error("worker %s: cannot replay input of task %d: it no longer runs here", host.slot, task)
+            return 0
+        items = self._decode_source(task, payloads, kind, None, False)
+        queue = host.queue_of(task)
+        weight = sum(w for _, w in items)
+        if queue is None or not queue.publish([item for item, _ in items], [w for _, w in items]):
+            host.reroute([item for item, _ in items], [w for _, w in items])
+        self.counters["replayed_tuples"] += weight
+        return weight
+
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
-        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed)."""
+        """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed).
+
+        In a stateful topology a group is logged before it is acked, so a group seen again
+        (committed, or in an input log) is acked at once, and a tree that fails does not
+        make the sender resend: the worker marks its state dirty and the next checkpoint
+        round replays the logs (the group is processed exactly once before its epoch commits).
+        """
         since = self.writers.group(header)
+        checkpoints = self._host.checkpoints
 
         def finish(status: int) -> None:
+            if status == FAILED and checkpoints is not None and not rejected:
+                checkpoints.mark_dirty("a tuple tree of a delivery group failed")
+                status = header.required
             if status != ACCEPTED or header.required != PROCESSED:
                 self.writers.finished(header, status, since)
             done(status)
 
-        tracker = GroupTracker(finish) if header.required == PROCESSED else None
-        try:
-            rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
-        except GroupRejected:
-            finish(FAILED)
-            return
+        rejected = False
+        if checkpoints is not None:
+            with checkpoints.gate:
+                if checkpoints.group_seen(header.key):
+                    finish(header.required)
+                    return
+                replaying = checkpoints.replaying
+                tracker = GroupTracker(finish) if header.required == PROCESSED and not replaying else None
+                try:
+                    rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True, key=header.key)
+                except GroupRejected:
+                    rejected = True
+                    finish(FAILED)
+                    return
+            if replaying:  # logged; the replay publishes it
+                self.writers.add_rows(header, rows)
+                finish(header.required)
+                return
+        else:
+            tracker = GroupTracker(finish) if header.required == PROCESSED else None
+            try:
+                rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
+            except GroupRejected:
+                rejected = True
+                finish(FAILED)
+                return
         self.writers.add_rows(header, rows)
         finish(ACCEPTED)
         if tracker is not None:
             tracker.sealed()
 
-    def pull_loop(self, server: IConnection, buffer_size: int) -> None:
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        """Answer the checkpoint coordinator (docs/state.md); a topology without state says so."""
+        checkpoints = self._host.checkpoints
+        if checkpoints is not None:
+            checkpoints.handle(op, body, reply)
+            return
+        if op == STATUS:
+            reply(
+                REQUEST_OK,
+                encode_body(
+                    {
+                        "worker": str(self._host.slot),
+                        "stateful": False,
+                        "epoch": 0,
+                        "committed": 0,
+                        "generation": 0,
+                        "dirty": False,
+                        "reasons": [],
+                    }
+                ),
+            )
+            return
+        reply(REQUEST_FAILED, f"topology {self._host.plan.topology.name!r} has no stateful component".encode())
+
+    def pull_loop(self, server: IServer, buffer_size: int) -> None:
         """Storm 0.8's receive thread: block for a message, take up to ``buffer_size`` more."""
-        recv_batch = getattr(server, "recv_batch", None)
         while True:
             try:
                 first = server.recv(0)  # blocks; close() at shutdown is Storm's "task -1" notice
                 if first is None:
                     continue
                 self.busy = True
-                more = recv_batch(buffer_size - 1, 0) if recv_batch is not None and buffer_size > 1 else []
+                more = server.recv_batch(buffer_size - 1, 0) if buffer_size > 1 else []
             except ConnectionClosedError:
                 return  # closed and drained
             try:
@@ -314,121 +398,29 @@ class Receiver:
     def _decode_source(
         self, task: int, payloads: list[bytes], kind: str, tracker: GroupTracker | None, atomic: bool
     ) -> list[tuple[QueueItem, int]]:
-        """Payloads a client sent to source task ``task``: msgpack rows and/or Arrow streams."""
-        host = self._host
-        source = host.client_source(task)
-        nfields = len(source.fields)
-        rows: list[list[Any]] | None = None
-        if payloads[0][:4] != ARROW_STREAM_MAGIC:
-            try:
-                rows = host.serializer.loads_many(payloads)
-                if not set(map(type, rows)) <= {list} or (nfields and not set(map(len, rows)) <= {nfields}):
-                    rows = None  # something else in there: sort it out payload by payload
-            except WireFormatError:
-                rows = None
-        out: list[tuple[QueueItem, int]] = []
-        if rows is not None:
-            self._source_rows(task, rows, source, kind, tracker, out)
-            return out
-        pending: list[list[Any]] = []
-        for payload in payloads:
-            try:
-                if payload[:4] == ARROW_STREAM_MAGIC:
-                    data, _origin = read_arrow(payload)
-                    data = select_fields(data, source.fields, _PAYLOAD, _SEND_FIELDS)
-                    if pending:
-                        self._source_rows(task, pending, source, kind, tracker, out)
-                        pending = []
-                    self._source_arrow(task, data, source, kind, tracker, out)
-                    continue
-                values = host.serializer.loads(payload)
-                if type(values) is not list:
-                    msg = f"a source tuple must be an array of values, got {type(values).__name__}"
-                    raise WireFormatError(msg)
-                if nfields and len(values) != nfields:
-                    msg = f"a source tuple for {source.fields} has {len(values)} values"
-                    raise WireFormatError(msg)
-                pending.append(values)
-            except WireFormatError as exc:
-                self._bad(task, exc, atomic)
-        if pending:
-            self._source_rows(task, pending, source, kind, tracker, out)
-        return out
-
-    def _source_rows(
-        self,
-        task: int,
-        rows: list[list[Any]],
-        source: TupleSource,
-        kind: str,
-        tracker: GroupTracker | None,
-        out: list[tuple[QueueItem, int]],
-    ) -> None:
-        if kind == "batch":
-            self._source_arrow(task, batch_from_rows(rows, source.fields), source, kind, tracker, out)
-            return
-        tuples = [Tuple(v, source) for v in rows]
+        """Payloads a client sent to source task ``task``; with a tracker each tuple (batch) roots a tree."""
+        items = self._sources.decode(
+            payloads, self._host.client_source(task), kind == "batch", lambda exc: self._bad(task, exc, atomic)
+        )
         if tracker is not None:
-            tracker.expect(len(tuples))
             acker, worker_id = self._host.acker, self._host.worker_id
-            for tup in tuples:  # each source tuple roots a tuple tree (Storm's acker)
-                root, edge = acker.root(tracker)
-                tup.anchors = [(worker_id, root, edge)]
-        out.append(((task, tuples), len(tuples)))
-
-    def _source_arrow(
-        self,
-        task: int,
-        data: Any,
-        source: TupleSource,
-        kind: str,
-        tracker: GroupTracker | None,
-        out: list[tuple[QueueItem, int]],
-    ) -> None:
-
-        if kind == "tuple":
-            self._source_rows(task, rows_of(data), source, kind, tracker, out)
-            return
-        batch = ColumnarBatch(data, source)
-        if tracker is not None:  # the whole batch is one root: one edge, acked at once
-            tracker.expect(1)
-            root, edge = self._host.acker.root(tracker)
-            batch.anchors = [(self._host.worker_id, root, edge)]
-        out.append(((task, batch), data.num_rows))
+            for payload, _weight in items:
+                if isinstance(payload, ColumnarBatch):  # the whole batch is one root: one edge, acked at once
+                    tracker.expect(1)
+                    root, edge = acker.root(tracker)
+                    payload.anchors = [(worker_id, root, edge)]
+                    continue
+                assert isinstance(payload, list)  # a source decoder makes tuples or batches, never barriers
+                tracker.expect(len(payload))
+                for tup in payload:  # each source tuple roots a tuple tree (Storm's acker)
+                    root, edge = acker.root(tracker)
+                    tup.anchors = [(worker_id, root, edge)]
+        return [((task, payload), weight) for payload, weight in items]
 
     def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
         """Payloads from bolts (or clients using the bolt form) for task ``task``."""
-        host = self._host
-        out: list[tuple[QueueItem, int]] = []
-        for payload in payloads:
-            try:
-                if payload[:4] == ARROW_STREAM_MAGIC:
-                    data, origin = read_arrow(payload)
-                    if origin is None:
-                        msg = "an Arrow payload for a bolt task needs storm metadata (source task, stream)"
-                        raise WireFormatError(msg)
-                    src, stream, anchors = origin
-                    source = host.source_of(src, stream)
-                    batch = ColumnarBatch(select_fields(data, source.fields, _PAYLOAD, _SEND_FIELDS), source)
-                    if anchors:
-                        batch.anchors = anchors
-                    out.append(((task, batch), data.num_rows))
-                    continue
-                src, stream, rows, row_anchors = unpack_bolt(host.serializer, payload)
-                source = host.source_of(src, stream)
-                n = len(source.fields)
-                if n and not set(map(len, rows)) <= {n}:
-                    msg = f"tuples from {source} must have {n} values"
-                    raise WireFormatError(msg)
-                tuples = [Tuple(v, source) for v in rows]
-                if row_anchors is not None:
-                    for tup, anchors_ in zip(tuples, row_anchors, strict=True):
-                        if anchors_:
-                            tup.anchors = anchors_
-                out.append(((task, tuples), len(tuples)))
-            except (WireFormatError, KeyError) as exc:
-                self._bad(task, exc, atomic)
-        return out
+        items = self._bolts.decode(payloads, lambda exc: self._bad(task, exc, atomic))
+        return [((task, payload), weight) for payload, weight in items]
 
     # --- acker, forwarding, unknown tasks ---------------------------------------------
     def _acker_updates(self, payload: bytes) -> None:
@@ -501,15 +493,5 @@ class DeserializingConnectionCallback(IConnectionCallback):
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         self._receiver.recv_group(header, batch, done)
 
-
-def stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
-    """Return the declared fields of ``task``'s component on ``stream`` (WireFormatError if none)."""
-    component = plan.task_component.get(task)
-    if component is None:
-        msg = f"tuples claim to come from task {task}, which this topology does not have"
-        raise WireFormatError(msg)
-    fields = plan.topology.components[component].fields_of(stream)
-    if not fields and stream != DEFAULT_STREAM:
-        msg = f"tuples claim stream {stream!r} of {component!r}, which it does not declare"
-        raise WireFormatError(msg)
-    return fields
+    def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+        self._receiver.recv_request(op, body, reply)

@@ -1,10 +1,15 @@
-"""Storm's WorkerState: the plan, this worker's executors and queues, its connections.
+"""Storm's ``WorkerState``: the hub every part of a worker shares.
 
-Everything the receive path, the transfer path and the executors share lives here, and
-each of them sees it through a small protocol (``ReceiveHost``, ``TransferHost``,
-``ExecutorHost``) — so each can be tested without a worker process.  A plan change
-swaps the plan, the task maps and the connections under one lock
-(:meth:`WorkerState.swap`).
+As in Storm, one object holds what the receive path, the transfer path and the
+executors share — the plan and where this worker is in it, the task -> queue map, the
+connections, the codec, the acker — and they all take it directly: there is one
+implementation and no second one to hide behind a protocol.  It builds its parts at
+construction (the :class:`~spark_storm.worker.receive.Receiver`, the
+:class:`~spark_storm.worker.transfer.WorkerTransfer`, the
+:class:`~spark_storm.worker.transfer.BackPressureTracker`), so a unit test gets a whole
+worker's paths, without threads or processes, from ``WorkerState(plan, slot, conf,
+settings, request_stop)``.  A plan change swaps the plan, the task maps and the
+connections under one lock (:meth:`WorkerState.swap`).
 """
 
 from __future__ import annotations
@@ -15,33 +20,44 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from spark_storm.codec.encoder import Encoder
+from spark_storm.codec.serializer import Serializer, make_serializer
+from spark_storm.codec.tuples import CLIENT_COMPONENT, TupleSource
 from spark_storm.config import Config
-from spark_storm.errors import ConfigError
-from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.errors import ConfigError, WireFormatError
+from spark_storm.messaging import IClient, IContext, IServer, TaskMessage
+from spark_storm.reports import ErrorReport
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
-from spark_storm.topology.model import DEFAULT_STREAM
+from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
-from spark_storm.worker.acker import ACKER_TASK, Acker, worker_id
-from spark_storm.worker.columnar import ColumnarBatch
-from spark_storm.worker.executor import ACK_OP, Executor, QueueItem, make_executor
-from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples
-from spark_storm.worker.queue import BatchQueue
-from spark_storm.worker.receive import stream_fields
-from spark_storm.worker.serializer import make_serializer
+from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, split_edges, worker_id
+from spark_storm.worker.checkpoint import CheckpointManager, topology_is_stateful
+from spark_storm.worker.executor import Executor, make_executor
+from spark_storm.worker.queue import BatchQueue, QueueItem
+from spark_storm.worker.receive import Receiver
 from spark_storm.worker.settings import WorkerSettings
-from spark_storm.worker.tuples import CLIENT_COMPONENT, TupleSource
-
-if TYPE_CHECKING:
-    from spark_storm.worker.receive import Receiver
-    from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
+from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
 
 __all__ = ["WorkerState"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_CLIENT_STREAMS = 256
+
+
+def _stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
+    """Return the declared fields of ``task``'s component on ``stream`` (WireFormatError if none)."""
+    component = plan.task_component.get(task)
+    if component is None:
+        msg = f"tuples claim to come from task {task}, which this topology does not have"
+        raise WireFormatError(msg)
+    fields = plan.topology.components[component].fields_of(stream)
+    if not fields and stream != DEFAULT_STREAM:
+        msg = f"tuples claim stream {stream!r} of {component!r}, which it does not declare"
+        raise WireFormatError(msg)
+    return fields
 
 
 def _worker_ids(plan: Plan) -> dict[int, Slot]:
@@ -55,7 +71,7 @@ def _worker_ids(plan: Plan) -> dict[int, Slot]:
 
 
 class WorkerState:
-    """The shared state of one worker (implements the receive, transfer and executor hosts).
+    """The shared state of one worker, and its receive, transfer and backpressure parts.
 
     Parameters
     ----------
@@ -87,19 +103,32 @@ class WorkerState:
         self._local_tasks = frozenset(plan.tasks_of(slot))
         self._acker = Acker()
         self._max_payload = max(1024, conf.get_int("storm.messaging.max.frame.bytes", minimum=1) // 2)
+        self._encoder = Encoder(self._serializer, self._max_payload, self._split_anchors)
         self._request_stop = request_stop
         self.lock = threading.RLock()
         self.context: IContext = make_context(conf)
-        self.server: IConnection | None = None
-        self._connections: dict[Slot, IConnection] = {}
+        self.server: IServer | None = None
+        self._connections: dict[Slot, IClient] = {}
         self.executors: dict[ExecutorSpec, Executor] = {}
         self._task_queue: dict[int, BatchQueue[QueueItem]] = {}
         self._task_kind: dict[int, str] = {}
         self._sources: dict[tuple[int, str], TupleSource] = {}
         self._client_sources: dict[int, TupleSource] = {}
-        self.errors: deque[dict[str, Any]] = deque(maxlen=50)
-        self.transfer: WorkerTransfer | None = None
-        self.receiver: Receiver | None = None
+        self.errors: deque[ErrorReport] = deque(maxlen=50)
+        #: Checkpoints, input logs and rollbacks: only for topologies with a stateful component.
+        self.checkpoints: CheckpointManager | None = None
+        bolts = {c.id: resolve_class(c.bolt, f"component {c.id!r} bolt") for c in plan.topology.components.values()}
+        if topology_is_stateful(bolts):
+            if settings.receiver_mode != "push":
+                msg = (
+                    f"topology {plan.topology.name!r} has stateful components, whose checkpoints need "
+                    "topology.receiver.mode: push (it is pull)"
+                )
+                raise ConfigError(msg)
+            self.checkpoints = CheckpointManager(self, conf)
+        self.receiver = Receiver(self, settings.dead_letter_file)
+        self.transfer = WorkerTransfer(self, settings)
+        self.backpressure = BackPressureTracker(str(slot), lambda: self.server)
 
     # --- what the protocols read ------------------------------------------------------
     @property
@@ -119,8 +148,14 @@ class WorkerState:
         return self._local_tasks
 
     @property
-    def serializer(self) -> Any:
+    def serializer(self) -> Serializer:
         return self._serializer
+
+    @property
+    def generation(self) -> int:
+        """The topology's generation as this worker knows it (0 unless a rollback happened; docs/state.md)."""
+        checkpoints = self.checkpoints
+        return checkpoints.generation if checkpoints is not None else 0
 
     @property
     def acker(self) -> Acker:
@@ -131,7 +166,7 @@ class WorkerState:
         return self._max_payload
 
     @property
-    def connections(self) -> Mapping[Slot, IConnection]:
+    def connections(self) -> Mapping[Slot, IClient]:
         return self._connections
 
     def queue_of(self, task: int) -> BatchQueue[QueueItem] | None:
@@ -158,7 +193,7 @@ class WorkerState:
             if sum(1 for t, _ in self._sources if t == -1) >= _MAX_CLIENT_STREAMS:
                 return source  # do not let clients grow the cache without bound
         else:
-            fields = stream_fields(self._plan, task, stream)
+            fields = _stream_fields(self._plan, task, stream)
             source = TupleSource(self._plan.task_component[task], task, stream, fields)
         self._sources[(task, stream)] = source
         return source
@@ -173,11 +208,11 @@ class WorkerState:
 
     # --- what the protocols call ------------------------------------------------------
     def send_remote(self, messages: list[TaskMessage], weights: list[int]) -> None:
-        assert self.transfer is not None
+        """Hand messages for tasks on other workers to the transfer path (waits while it is full)."""
         self.transfer.publish(messages, weights)
 
     def forward(self, messages: list[TaskMessage]) -> None:
-        assert self.transfer is not None
+        """Pass on messages for tasks that moved to another worker."""
         self.transfer.publish(messages, [1] * len(messages))
 
     def reroute(self, items: list[QueueItem], weights: list[int]) -> None:
@@ -191,32 +226,35 @@ class WorkerState:
                     "worker %s: %d tuples for task %d dropped: its executor has stopped", self._slot, weight, task
                 )
                 continue
-            self.send_remote(self._encode_item(task, payload), [weight])
+            encoded = self._encoder.item(task, payload)
+            if encoded.bad:
+                logger.error(
+                    "worker %s: %d tuples for task %d that moved to %s cannot be encoded (%s); dropped",
+                    self._slot,
+                    len(encoded.bad),
+                    task,
+                    where,
+                    encoded.bad[0].reason,
+                )
+                self._fail_rows(payload, [b.index for b in encoded.bad])
+            if encoded.messages:
+                self.send_remote(encoded.messages, encoded.weights)
 
-    def _encode_item(self, task: int, payload: Any) -> list[TaskMessage]:
-        """Encode a queue item as the message(s) another worker would have received for it."""
-        if isinstance(payload, ColumnarBatch):
-            src = payload.source
-            meta = (
-                None if src.component == CLIENT_COMPONENT else columnar_metadata(src.task, src.stream, payload.anchors)
-            )
-            return [TaskMessage(task, arrow_payload(payload.data, meta))]
-        tuples: list[Any] = payload
-        if not tuples:
-            return []
-        src = tuples[0].source
-        if src.component == CLIENT_COMPONENT:  # client rows to a source task: the source form
-            return [TaskMessage(task, self._serializer.dumps(t.values)) for t in tuples]
-        anchors = [t.anchors for t in tuples] if any(t.anchors for t in tuples) else None
-        rows = [t.values for t in tuples]
-        return [TaskMessage(task, pack_tuples(self._serializer, src.task, src.stream, rows, anchors))]
+    def _split_anchors(self, anchors: list[Any], pieces: int) -> list[list[Any]]:
+        return split_edges(anchors, pieces, lambda worker, op: self.acker_ops(worker, [op]))
+
+    def _fail_rows(self, payload: Any, rows: list[int]) -> None:
+        if isinstance(payload, list):
+            for i in rows:
+                for worker, root, _edge in payload[i].anchors:
+                    self.acker_ops(worker, [[FAIL_OP, root, 0]])
 
     def unknown(self, messages: list[TaskMessage]) -> None:
-        assert self.receiver is not None
+        """Messages the transfer path found no worker for: counted, logged, dropped or dead-lettered."""
         self.receiver.unknown(messages)
 
     def deliver_local(self, messages: list[TaskMessage]) -> None:
-        assert self.receiver is not None
+        """Messages queued for a remote task that a refresh has since moved here."""
         self.receiver.transfer_local([m.task for m in messages], [m.payload for m in messages])
 
     def acker_ops(self, worker: int, ops: list[list[Any]]) -> None:
@@ -266,7 +304,7 @@ class WorkerState:
         )
 
     # --- building and swapping ------------------------------------------------------------
-    def build_executor(self, spec: ExecutorSpec, backpressure: BackPressureTracker) -> Executor:
+    def build_executor(self, spec: ExecutorSpec) -> Executor:
         """Build an executor (and its queue) for ``spec``, not yet started nor routed to."""
         s = self.settings
         queue: BatchQueue[QueueItem] = BatchQueue(
@@ -274,8 +312,8 @@ class WorkerState:
             str(spec),
             s.bp_high,
             s.bp_low,
-            on_high=functools.partial(backpressure.update, spec, True),
-            on_low=functools.partial(backpressure.update, spec, False),
+            on_high=functools.partial(self.backpressure.update, spec, True),
+            on_low=functools.partial(self.backpressure.update, spec, False),
         )
         return make_executor(self, spec, queue, s, self.conf)
 
@@ -290,9 +328,7 @@ class WorkerState:
         self._task_queue, self._task_kind = queues, kinds
         self.executors = dict(executors)
 
-    def swap(
-        self, plan: Plan, connections: dict[Slot, IConnection], executors: Mapping[ExecutorSpec, Executor]
-    ) -> None:
+    def swap(self, plan: Plan, connections: dict[Slot, IClient], executors: Mapping[ExecutorSpec, Executor]) -> None:
         """Switch to a new plan, connections and local executors at once."""
         with self.lock:
             self._plan = plan
@@ -303,6 +339,6 @@ class WorkerState:
             self._connections = connections
             self.route_to(executors)
 
-    def set_connections(self, connections: dict[Slot, IConnection]) -> None:
+    def set_connections(self, connections: dict[Slot, IClient]) -> None:
         with self.lock:
             self._connections = connections

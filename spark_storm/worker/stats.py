@@ -1,58 +1,26 @@
-"""Per-task counters and execute-latency percentiles, cheap enough for the hot path.
+"""Per-task counters and execute-latency histograms, cheap enough for the hot path.
 
 Counters are plain attributes bumped by the one executor thread that owns the task.
 Latency is *sampled*, as Storm samples (``topology.stats.sample.rate``): the executor
-times the first tuple of every batch it hands a task, and the time of the whole batch
-(its busy time, for Storm's *capacity*).  Samples land in a log-scale histogram; two
-histograms rotate every ``window`` seconds so percentiles describe the last one to two
-windows, not the whole run.
+times the first tuple of every batch it hands a task (a batch bolt: its whole
+``execute_batch``), and the time of the whole batch (its busy time, for Storm's
+*capacity*).  A sample stands for every tuple executed since the previous one, so the
+histograms count tuples: their count is ``executed``, and a task that runs big batches
+weighs as much as the tuples it ran when a reader merges tasks.
+
+Samples land in log-scale histograms (:mod:`spark_storm.latency`): one since the start
+(exported by ``/metrics`` as a Prometheus histogram), and two that rotate every
+``window`` seconds, so the p50/p99 in ``/health`` describe the last one to two windows.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any, Final
+
+from spark_storm.latency import LatencyHistogram, bucket_index
+from spark_storm.reports import TaskMetrics
 
 __all__ = ["LatencyHistogram", "TaskStats"]
-
-_BUCKETS: Final = 96
-_BASE_S: Final = 1e-6  # bucket 0: <= 1 us
-_STEP: Final = 2**0.25  # four buckets per doubling: ~19 % resolution
-_LOG_STEP: Final = math.log(_STEP)
-
-
-class LatencyHistogram:
-    """Counts of latency samples in log-scale buckets (1 µs .. ~16 min)."""
-
-    __slots__ = ("counts", "total")
-
-    def __init__(self) -> None:
-        self.counts = [0] * _BUCKETS
-        self.total = 0
-
-    def record(self, seconds: float) -> None:
-        index = 0 if seconds <= _BASE_S else min(_BUCKETS - 1, int(math.log(seconds / _BASE_S) / _LOG_STEP) + 1)
-        self.counts[index] += 1
-        self.total += 1
-
-    def merged(self, other: LatencyHistogram) -> LatencyHistogram:
-        out = LatencyHistogram()
-        out.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
-        out.total = self.total + other.total
-        return out
-
-    def percentile(self, p: float) -> float | None:
-        """Upper bound of the bucket holding the ``p``-th percentile, in seconds (None: no samples)."""
-        if not self.total:
-            return None
-        rank = p / 100 * self.total
-        seen = 0
-        for index, count in enumerate(self.counts):
-            seen += count
-            if seen >= rank and count:
-                return float(_BASE_S * _STEP**index)
-        return float(_BASE_S * _STEP ** (_BUCKETS - 1))
 
 
 class TaskStats:
@@ -63,6 +31,8 @@ class TaskStats:
         "_previous",
         "_rate_mark",
         "_rotated",
+        "_sampled_executed",
+        "_total",
         "_window",
         "acked",
         "batches",
@@ -72,7 +42,6 @@ class TaskStats:
         "errors",
         "executed",
         "failed",
-        "latency_sum_s",
         "rate",
         "ticks",
     )
@@ -86,10 +55,11 @@ class TaskStats:
         self.errors = 0
         self.ticks = 0
         self.busy_s = 0.0
-        self.latency_sum_s = 0.0
         self._window = window_s
         self._current = LatencyHistogram()
         self._previous = LatencyHistogram()
+        self._total = LatencyHistogram()
+        self._sampled_executed = 0
         self._rotated = time.monotonic()
         now = time.monotonic()
         self._rate_mark = (now, 0, 0.0)
@@ -97,9 +67,19 @@ class TaskStats:
         self.capacity = 0.0
 
     def sample(self, seconds: float) -> None:
-        """Record one timed execute."""
-        self._current.record(seconds)
-        self.latency_sum_s += seconds
+        """Record one timed execute, standing for every tuple executed since the previous sample."""
+        executed = self.executed
+        weight = executed - self._sampled_executed
+        if weight < 1:
+            weight = 1
+        self._sampled_executed = executed
+        index = bucket_index(seconds)  # once for both histograms: this runs once per batch
+        current, total = self._current, self._total
+        current.counts[index] += weight
+        current.total += weight
+        total.counts[index] += weight
+        total.total += weight
+        total.sum_s += seconds * weight
         if time.monotonic() - self._rotated >= self._window:
             self._previous, self._current = self._current, LatencyHistogram()
             self._rotated = time.monotonic()
@@ -116,8 +96,15 @@ class TaskStats:
             self.capacity = min(1.0, (self.busy_s - busy_then) / (now - then))
             self._rate_mark = (now, self.executed, self.busy_s)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Counters, rate and capacity (over the last timer second), latency mean, p50 and p99."""
+    def snapshot(self) -> TaskMetrics:
+        """Counters, rate and capacity (over the last timer second), latency mean, p50 and p99, histograms.
+
+        ``latency_buckets``: the last one to two windows (what p50 and p99 describe;
+        ``latency_samples`` counts the tuples their samples stand for).
+        ``latency_total_buckets``: everything since the start (what ``/metrics`` exports),
+        with ``latency_total_sum_s``, the weighted sum.  Buckets are ``[upper bound in
+        seconds, tuples]`` pairs of the non-empty buckets.
+        """
         hist = self._current.merged(self._previous)
         p50, p99 = hist.percentile(50), hist.percentile(99)
         samples = hist.total
@@ -134,6 +121,9 @@ class TaskStats:
             "latency_p50_ms": None if p50 is None else round(p50 * 1000, 4),
             "latency_p99_ms": None if p99 is None else round(p99 * 1000, 4),
             "latency_samples": samples,
+            "latency_buckets": hist.buckets(),
+            "latency_total_buckets": self._total.buckets(),
+            "latency_total_sum_s": round(self._total.sum_s, 6),
             "busy_s": round(self.busy_s, 6),
             "capacity": round(self.capacity, 4),
         }

@@ -9,17 +9,11 @@ keeps running without its heartbeat.
 
 from __future__ import annotations
 
-import json
-import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
-__all__ = ["HeartbeatFile", "WorkerTimer"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["WorkerTimer"]
 
 
 class WorkerTimer:
@@ -48,18 +42,3 @@ class WorkerTimer:
                     self._next[i] = time.monotonic() + every_s
             wake = min(self._next, default=now + 1.0)
             self._stopping.wait(max(0.0, wake - time.monotonic()))
-
-
-class HeartbeatFile:
-    """A worker's heartbeat as a JSON file, replaced atomically (``worker.heartbeat.dir``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, record: dict[str, Any]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(record), encoding="utf-8")
-            tmp.replace(self.path)
-        except OSError as exc:
-            logger.warning("cannot write heartbeat %s: %s", self.path, exc)

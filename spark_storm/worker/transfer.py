@@ -20,16 +20,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from spark_storm.errors import ConnectionClosedError, StormError
-from spark_storm.messaging import BackpressureStatus, IConnection, TaskMessage
-from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
+from spark_storm.messaging import BackpressureStatus, IServer, TaskMessage
+from spark_storm.topology.assignment import ExecutorSpec, Slot
 from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.settings import WorkerSettings
 
-__all__ = ["BackPressureTracker", "TransferHost", "WorkerTransfer"]
+if TYPE_CHECKING:
+    from spark_storm.worker.state import WorkerState
+
+__all__ = ["BackPressureTracker", "WorkerTransfer"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,35 +40,16 @@ logger = logging.getLogger(__name__)
 Outbound = tuple[TaskMessage, int]
 
 
-class TransferHost(Protocol):
-    """What the transfer path needs from the worker's state."""
-
-    @property
-    def plan(self) -> Plan: ...
-
-    @property
-    def slot(self) -> Slot: ...
-
-    @property
-    def connections(self) -> Mapping[Slot, IConnection]: ...
-
-    def unknown(self, messages: list[TaskMessage]) -> None:
-        """Messages for tasks no worker of the plan runs."""
-
-    def deliver_local(self, messages: list[TaskMessage]) -> None:
-        """Messages for tasks that moved to this worker after they were queued (a refresh)."""
-
-
 class WorkerTransfer:
     """Remote emits -> grouped by destination worker -> ``send`` (one thread).
 
     Parameters
     ----------
-    host : TransferHost
+    host : WorkerState
     settings : WorkerSettings
     """
 
-    def __init__(self, host: TransferHost, settings: WorkerSettings) -> None:
+    def __init__(self, host: WorkerState, settings: WorkerSettings) -> None:
         self._host = host
         self.queue: BatchQueue[Outbound] = BatchQueue(settings.transfer_queue_size, "transfer")
         self._drain = settings.transfer_batch_size
@@ -75,7 +59,22 @@ class WorkerTransfer:
         self._held_tasks: set[int] = set()
         self._unconnected: set[Slot] = set()  # reported once until a connection to it appears
         self._done = 0
-        self.sent_messages = 0
+        self._clear: threading.Event | None = None
+        self._thread_alive: Callable[[], bool] | None = None
+
+    def clear(self, timeout: float = 5.0) -> bool:
+        """Drop what is queued and held (a rollback: it belongs to the old generation).
+
+        The transfer thread does it at its next turn, and this waits for that: after a
+        rollback resumes, the queue holds the new generation's messages, which must not be
+        cleared.  Whatever the thread sends meanwhile carries the old generation and is
+        dropped on arrival.  Returns False if the thread did not get to it in time.
+        """
+        done = threading.Event()
+        self._clear = done
+        if self._thread_alive is not None and not self._thread_alive():
+            return True
+        return done.wait(timeout)
 
     def publish(self, messages: list[TaskMessage], weights: list[int]) -> None:
         """Queue messages for remote tasks (waits while the queue is full)."""
@@ -101,7 +100,15 @@ class WorkerTransfer:
         """Drain, group and send until the queue is closed and nothing is held (the transfer thread)."""
         retry_at = 0.0
         queue = self.queue
+        current = threading.current_thread()
+        self._thread_alive = current.is_alive
         while True:
+            cleared = self._clear
+            if cleared is not None:
+                self._clear = None
+                self._done += queue.clear()
+                self._held, self._held_tuples, self._held_tasks = [], 0, set()
+                cleared.set()
             if self._held and time.monotonic() >= retry_at:
                 # Retry held messages on a short interval, not on every pass: while the
                 # destination stays backpressured, re-checking each pass would only spin.
@@ -172,7 +179,6 @@ class WorkerTransfer:
                 continue
             try:
                 conn.send([m for m, _ in group])
-                self.sent_messages += len(group)
             except StormError as exc:
                 logger.error("worker %s: send to %s failed (%s); holding %d messages", host.slot, slot, exc, len(group))
                 for item in group:
@@ -196,7 +202,7 @@ class BackPressureTracker:
         Returns the worker's server connection (None before it is bound).
     """
 
-    def __init__(self, worker_id: str, server: Callable[[], IConnection | None]) -> None:
+    def __init__(self, worker_id: str, server: Callable[[], IServer | None]) -> None:
         self._worker_id = worker_id
         self._server = server
         self._lock = threading.Lock()

@@ -33,18 +33,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
-from spark_storm.messaging import IConnection
+from spark_storm.messaging import IClient, IServer
+from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
+from spark_storm.worker.checkpoint import IntervalCheckpoints
 from spark_storm.worker.executor import Executor
-from spark_storm.worker.receive import DeserializingConnectionCallback, Receiver
+from spark_storm.worker.receive import DeserializingConnectionCallback
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from spark_storm.worker.timer import HeartbeatFile, WorkerTimer
-from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
-from spark_storm.worker.tuples import CLIENT_COMPONENT
+from spark_storm.worker.timer import WorkerTimer
 
 __all__ = ["CLIENT_COMPONENT", "Worker"]
 
@@ -105,20 +106,17 @@ class Worker:
         self.stop_reason: str | None = None
         self.failed = False
         self.state = WorkerState(plan, slot, self.conf, self.settings, self.request_stop)
-        self.receiver = Receiver(self.state, self.settings.dead_letter_file)
-        self.transfer = WorkerTransfer(self.state, self.settings)
-        self.state.receiver, self.state.transfer = self.receiver, self.transfer
-        self.backpressure = BackPressureTracker(str(slot), lambda: self.state.server)
-        self.state.route_to(
-            {spec: self.state.build_executor(spec, self.backpressure) for spec in plan.executors_of(slot)}
-        )
+        self.receiver = self.state.receiver
+        self.transfer = self.state.transfer
+        self.backpressure = self.state.backpressure
+        self.state.route_to({spec: self.state.build_executor(spec) for spec in plan.executors_of(slot)})
         self._threads: list[threading.Thread] = []
         self._active = False
         self.metrics_port: int | None = None
         self._http: Any = None
         hb_dir = self.settings.heartbeat_dir or tempfile.gettempdir()
-        self.heartbeat_path = Path(hb_dir) / f"{self.topology_id}-{slot.port}.json"
-        self._heartbeat = HeartbeatFile(self.heartbeat_path)
+        self._heartbeat = HeartbeatFileWriter(Path(hb_dir), self.topology_id, slot.port)
+        self.heartbeat_path = self._heartbeat.path
         self.timer = WorkerTimer(self._stopping)
         self.timer.every("heartbeat", self.settings.heartbeat_every_s, self._beat)
         self.timer.every("load-metrics", self.settings.load_interval_s, self._send_load)
@@ -127,6 +125,7 @@ class Worker:
         self.timer.every("rates", 1.0, self._update_rates)
         self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
+        self.interval_checkpoints: IntervalCheckpoints | None = None
 
     # ------------------------------------------------------------------ views
     @property
@@ -142,11 +141,11 @@ class Worker:
         return self.state.executors
 
     @property
-    def connections(self) -> dict[Slot, IConnection]:
+    def connections(self) -> dict[Slot, IClient]:
         return dict(self.state.connections)
 
     @property
-    def server(self) -> IConnection | None:
+    def server(self) -> IServer | None:
         return self.state.server
 
     @property
@@ -194,6 +193,8 @@ class Worker:
         _LIVE.add(self)
         _install_thread_hook()
         state = self.state
+        if state.checkpoints is not None:
+            state.checkpoints.open()  # the epoch and the logs first: input may arrive as soon as we bind
         if self.settings.receiver_mode == "push":
             state.server = state.context.bind(
                 self.topology_id, self.slot.port, DeserializingConnectionCallback(self.receiver)
@@ -215,6 +216,10 @@ class Worker:
         self._start_metrics_http()  # before the timer: the first heartbeat names the metrics port
         self._spawn(self.timer.run, "timer")
         self._spawn(self._activate_when_ready, "activate")
+        if state.checkpoints is not None:
+            self.interval_checkpoints = IntervalCheckpoints(state.checkpoints, self.conf, self._stopping)
+            if self.interval_checkpoints.enabled:
+                self._spawn(self.interval_checkpoints.run, "checkpoint-interval")
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=f"spark-storm-{name}-{self.slot.port}", daemon=True)
@@ -222,7 +227,7 @@ class Worker:
         self._threads.append(t)
         return t
 
-    def _connect(self, plan: Plan, current: dict[Slot, IConnection]) -> dict[Slot, IConnection]:
+    def _connect(self, plan: Plan, current: dict[Slot, IClient]) -> dict[Slot, IClient]:
         """Return connections to every other worker that runs tasks (reusing ``current`` ones)."""
         conns = {}
         hosting = set(plan.task_slot.values())
@@ -281,8 +286,10 @@ class Worker:
         wanted = set(plan.executors_of(self.slot))
         kept = {spec: e for spec, e in self.executors.items() if spec in wanted}
         removed = [e for spec, e in self.executors.items() if spec not in wanted]
-        added = {spec: self.state.build_executor(spec, self.backpressure) for spec in wanted if spec not in kept}
+        added = {spec: self.state.build_executor(spec) for spec in wanted if spec not in kept}
         self.state.swap(plan, merged, {**kept, **added})
+        if self.state.checkpoints is not None:
+            self.state.checkpoints.executors_moved([str(s) for s in added], [str(e.spec) for e in removed])
         deadline = time.monotonic() + self.settings.shutdown_timeout_s
         for executor in removed:
             executor.activate()  # drain what it holds, even if deactivated
@@ -306,10 +313,6 @@ class Worker:
             len(removed),
             ", ".join(map(str, sorted(merged))) or "none",
         )
-
-    def refresh_connections(self, plan: Plan) -> None:
-        """Storm's name for :meth:`refresh`."""
-        self.refresh(plan)
 
     def request_stop(self, reason: str, *, failure: bool = True) -> None:
         """Ask for an ordered shutdown (from any thread: a failing bolt, a dead thread, a signal)."""
@@ -359,6 +362,8 @@ class Worker:
             self._http.shutdown()
             self._http.server_close()
         self.state.context.term()
+        if self.state.checkpoints is not None:
+            self.state.checkpoints.close()
         self._beat("stopped")
         self._stopped.set()
         _LIVE.discard(self)
@@ -400,7 +405,7 @@ class Worker:
     def _beat(self, status: str | None = None) -> None:
         self._heartbeat.write(self.heartbeat_record(status))
 
-    def heartbeat_record(self, status: str | None = None) -> dict[str, Any]:
+    def heartbeat_record(self, status: str | None = None) -> WorkerHeartbeat:
         """Return the heartbeat record (the local file; cluster mode also writes it to ZooKeeper)."""
         return {
             "topology": self.topology_id,
@@ -457,7 +462,7 @@ class Worker:
             )
 
     # ------------------------------------------------------------------ metrics
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> WorkerMetrics:
         """Everything countable: worker counters, connections, queues, bolts, errors, Spark writers."""
         state = self.state
         acker = state.acker
@@ -487,6 +492,7 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
+            "checkpoint": state.checkpoints.metrics() if state.checkpoints is not None else None,
             "components": {
                 cid: {
                     "source": c.source,

@@ -12,11 +12,13 @@ import urllib.request
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from spark_storm.cluster.records import HeartbeatZnode
 from spark_storm.cluster.state import ClusterState
+from spark_storm.reports import WorkerHeartbeat, WorkerMetrics, parse_worker_metrics
 from spark_storm.topology import Slot
 from tests.helpers import wait_until
 
@@ -185,7 +187,39 @@ def wait_gone(pids: list[int], what: str, timeout: float = 30.0) -> None:
 
 
 def worker_pids(state: ClusterState, topology: str) -> dict[str, int]:
-    return {str(slot): int(hb.record["pid"]) for slot, hb in state.read_heartbeats(topology).items()}
+    return {str(slot): hb.record["pid"] for slot, hb in state.read_heartbeats(topology).items()}
+
+
+def heartbeat_record(topology: str, slot: Slot, **changes: Any) -> WorkerHeartbeat:
+    """A worker's heartbeat record, as ``Worker.heartbeat_record()`` builds it, with ``changes``."""
+    record: WorkerHeartbeat = {
+        "topology": topology,
+        "worker": str(slot),
+        "pid": 1,
+        "status": "running",
+        "time": time.time(),
+        "uptime_s": 1.0,
+        "executors": [],
+        "received": 0,
+        "metrics_port": None,
+        "metrics_host": None,
+    }
+    return cast(WorkerHeartbeat, {**record, **changes})
+
+
+def send_heartbeat(state: ClusterState, topology: str, slot: Slot, **changes: Any) -> HeartbeatZnode:
+    """Write a heartbeat through the workers' own writer (``send_heartbeat``); return it once it is in ZooKeeper."""
+    record = heartbeat_record(topology, slot, **changes)
+    assert state.send_heartbeat(topology, slot, record)
+
+    def landed() -> HeartbeatZnode | None:
+        got = state.read_heartbeats(topology).get(slot)
+        return got if got is not None and got.record == record else None
+
+    wait_until(lambda: landed() is not None, what=f"the heartbeat of {topology}/{slot} in ZooKeeper")
+    got = landed()
+    assert got is not None
+    return got
 
 
 def running_workers(daemons: Daemons, state: ClusterState, topology: str, slots: int) -> dict[str, int]:
@@ -198,7 +232,7 @@ def running_workers(daemons: Daemons, state: ClusterState, topology: str, slots:
             a is not None
             and len(hbs) == slots
             and set(hbs) == set(a.slots)
-            and all(hb.record.get("status") == "running" and alive(int(hb.record["pid"])) for hb in hbs.values())
+            and all(hb.record["status"] == "running" and alive(hb.record["pid"]) for hb in hbs.values())
         )
 
     wait_until(ready, what=f"{slots} running workers of {topology}", timeout=90)
@@ -212,11 +246,10 @@ def submit(zk: str, path: Path, workers: int) -> None:
     assert out.returncode == 0, out.stderr
 
 
-def health(state: ClusterState, topology: str, slot: Slot) -> dict[str, Any]:
+def health(state: ClusterState, topology: str, slot: Slot) -> WorkerMetrics:
     port = state.read_heartbeats(topology)[slot].record["metrics_port"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
-        data: dict[str, Any] = json.loads(r.read())
-        return data
+        return parse_worker_metrics(r.read(), f"the /health of {slot}")
 
 
 def ports(n: int) -> list[int]:

@@ -17,9 +17,10 @@ import pytest
 
 from spark_storm.cluster import admin
 from spark_storm.cluster.nimbus import Nimbus
-from spark_storm.cluster.state import Assignment, ClusterState, SupervisorInfo
+from spark_storm.cluster.records import Assignment, SupervisorInfo
+from spark_storm.cluster.state import ClusterState
 from spark_storm.topology import Slot, load_topology, plan
-from tests.cluster.conftest import FAST, Daemons, wordcount
+from tests.cluster.conftest import FAST, Daemons, heartbeat_record, wordcount
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -78,7 +79,7 @@ class Beats:
     def _run(self) -> None:
         while not self.done.wait(0.3):
             for slot in list(self.slots):
-                self.state.write_heartbeat(self.topology, slot, {"time": time.time(), "pid": 1})
+                self.state.send_heartbeat(self.topology, slot, heartbeat_record(self.topology, slot))
 
     def close(self) -> None:
         self.done.set()
@@ -118,7 +119,7 @@ def test_a_stale_heartbeat_moves_that_worker(
     beats = Beats(zk, "wordcount", list(v1.slots))
     try:
         wait_until(
-            lambda: all(("wordcount", s) in nimbus._hb_seen for s in v1.slots), what="nimbus saw both heartbeats"
+            lambda: all(nimbus.liveness.heard_from("wordcount", s) for s in v1.slots), what="nimbus saw both heartbeats"
         )
         assert state.read_assignment("wordcount") == v1
         hung = Slot("10.0.0.2", 6700)
@@ -215,7 +216,9 @@ def test_a_nimbus_that_loses_its_session_stops_leading_and_contends_again(zk: st
     n = Nimbus(zk, FAST).start()
     try:
         assert n.wait_leader(20)
-        session_id, password = n.state.client.client_id
+        handle = n.state.session.session_handle()
+        assert handle is not None
+        session_id, password = handle
         thief = KazooClient(hosts=zookeeper, client_id=(session_id, password))
         thief.start(timeout=10)
         thief.stop()

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_storm.cluster.state import ACTIVE, KILLED, ClusterState, TopologyRecord
+from spark_storm.cluster.records import ACTIVE, KILLED, TopologyRecord
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, ConfigError, UnknownTopologyError
-from tests.cluster.conftest import FAST, Daemons, cli, ports, running_workers, sets, submit
+from tests.cluster.conftest import FAST, Daemons, cli, ports, running_workers, send_heartbeat, sets, submit
 from tests.helpers import spark_session, wait_until
 from tests.integration.bolts import read_event_logs
 from tests.spark.conftest import write_json_rows
@@ -170,7 +171,7 @@ def test_the_driver_waits_until_every_worker_runs_a_new_assignment(
     state: ClusterState, zk: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Rows sent before a worker's peers follow a new version would lose their trees' acks: wait, bounded."""
-    from spark_storm.cluster.state import Assignment
+    from spark_storm.cluster.records import Assignment
     from spark_storm.spark.options import StormOptions
     from spark_storm.topology import Slot, plan
 
@@ -179,15 +180,15 @@ def test_the_driver_waits_until_every_worker_runs_a_new_assignment(
     a, b = Slot("127.0.0.1", 6700), Slot("127.0.0.1", 6701)
     topo = state.read_topology("settle").topology()
     state.write_assignment(Assignment.from_plan(plan(topo, [a, b]), 3))
-    state.write_heartbeat("settle", a, {"assignment_version": 3})
-    state.write_heartbeat("settle", b, {"assignment_version": 2})  # b still runs v2
+    send_heartbeat(state, "settle", a, assignment_version=3)
+    send_heartbeat(state, "settle", b, assignment_version=2)  # b still runs v2
     options = {"topology": "settle", "zookeeper": zk, "assignmentWaitMs": "300"}
     with caplog.at_level("WARNING", logger="spark_storm.spark.assignments"):
         parsed = StormOptions.parse(options)
     assert parsed.assignment_version == 3
     assert "assignment v3 of settle: workers 127.0.0.1:6701 do not run it after 0.3s; sending anyway" in caplog.text
     caplog.clear()
-    state.write_heartbeat("settle", b, {"assignment_version": 3})
+    send_heartbeat(state, "settle", b, assignment_version=3)
     with caplog.at_level("WARNING", logger="spark_storm.spark.assignments"):
         assert StormOptions.parse({**options, "assignmentWaitMs": "60000"}).assignment_version == 3
     assert "do not run it" not in caplog.text

@@ -9,19 +9,12 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from spark_storm.cluster.state import (
-    ACTIVE,
-    INACTIVE,
-    KILLED,
-    Assignment,
-    ClusterState,
-    SupervisorInfo,
-    TopologyRecord,
-)
+from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, Assignment, SupervisorInfo, TopologyRecord
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, TopologyExistsError, UnknownTopologyError, ZooKeeperUnavailableError
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from spark_storm.topology import Slot, load_topology, plan
-from tests.cluster.conftest import FAST, ROOT
+from tests.cluster.conftest import FAST, ROOT, heartbeat_record, send_heartbeat
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -75,12 +68,11 @@ def test_assignments_only_move_forward_and_heartbeats_round_trip(state: ClusterS
     assert current is not None
     assert (current.version, current.slots) == (2, (Slot("127.0.0.1", 6700),))
     slot = Slot("127.0.0.1", 6700)
-    assert state.write_heartbeat("wordcount", slot, {"time": 1.0, "pid": 7})
-    first = state.read_heartbeats("wordcount")[slot]
-    assert state.write_heartbeat("wordcount", slot, {"time": 2.0, "pid": 7})
-    second = state.read_heartbeats("wordcount")[slot]
+    first = send_heartbeat(state, "wordcount", slot, time=1.0, pid=7)
+    second = send_heartbeat(state, "wordcount", slot, time=2.0, pid=7)
     assert (first.record["time"], second.record["time"]) == (1.0, 2.0)
     assert second.version > first.version
+    assert second.record == heartbeat_record("wordcount", slot, time=2.0, pid=7)
     state.submit_topology(TopologyRecord("wordcount", SOURCE))
     state.remove_topology("wordcount")
     assert state.read_assignment("wordcount") is None
@@ -138,7 +130,9 @@ def test_chroots_keep_clusters_apart(zookeeper: str) -> None:
 
 def _expire(state: ClusterState, hosts: str) -> None:
     """Expire ``state``'s session the way ZooKeeper does: another client takes it over and closes it."""
-    session_id, password = state.client.client_id
+    handle = state.session.session_handle()
+    assert handle is not None
+    session_id, password = handle
     thief = KazooClient(hosts=hosts, client_id=(session_id, password))
     thief.start(timeout=10)
     thief.stop()
@@ -148,20 +142,22 @@ def _expire(state: ClusterState, hosts: str) -> None:
 def test_a_lost_session_re_registers_ephemerals_and_re_arms_watches(zk: str, zookeeper: str) -> None:
     with ClusterState(zk, FAST) as observer, ClusterState(zk, FAST) as st:
         changes: list[str] = []
-        st.add_state_listener(changes.append)
+        st.session.add_state_listener(changes.append)
         st.register_supervisor(SupervisorInfo("s1", "127.0.0.1", (6700,)))
         seen: list[int] = []
         st.watch_assignment("wordcount", lambda a: seen.append(a.version if a else 0))
         wait_until(lambda: seen == [0], what="initial call")
-        old_session = st.session_id()
+        old_session = st.session.session_id()
         _expire(st, zookeeper)
         wait_until(lambda: "lost" in changes, what="the session loss", timeout=20)
-        wait_until(lambda: st.connected and st.session_id() != old_session, what="a new session", timeout=20)
+        wait_until(
+            lambda: st.session.connected and st.session.session_id() != old_session, what="a new session", timeout=20
+        )
         wait_until(lambda: "s1" in observer.supervisors(), what="s1 registered again", timeout=20)
-        assert st.session_losses == 1
+        assert st.session.session_losses == 1
         observer.write_assignment(_assignment(1))
         wait_until(lambda: seen[-1] == 1, what="the watch on the new session")
-        assert st.write_heartbeat("wordcount", Slot("127.0.0.1", 6700), {"time": 3.0})
+        send_heartbeat(st, "wordcount", Slot("127.0.0.1", 6700), time=3.0)
 
 
 def test_zookeeper_down_fails_fast_and_a_restart_is_survived(zookeeper_jars: Path, tmp_path: Path) -> None:
@@ -173,19 +169,20 @@ def test_zookeeper_down_fails_fast_and_a_restart_is_survived(zookeeper_jars: Pat
             seen: list[int] = []
             st.watch_assignment("wordcount", lambda a: seen.append(a.version if a else 0))
             server.stop()
-            wait_until(lambda: not st.connected, what="disconnected")
+            wait_until(lambda: not st.session.connected, what="disconnected")
             started = time.monotonic()
             with pytest.raises(ZooKeeperUnavailableError, match=r"did not answer .*spark-storm zookeeper status"):
                 st.read_topology("wordcount")
             assert time.monotonic() - started < 5  # bounded by storm.zookeeper.retry.*, not hung
-            assert not st.write_heartbeat("wordcount", Slot("127.0.0.1", 6700), {"time": 1.0})
+            slot = Slot("127.0.0.1", 6700)
+            assert not st.send_heartbeat("wordcount", slot, heartbeat_record("wordcount", slot, time=1.0))
             server.start(port=int(address.rsplit(":", 1)[1]), clean=False)
-            assert st.wait_connected(30)
-            assert writer.wait_connected(30)
+            assert st.session.wait_connected(30)
+            assert writer.session.wait_connected(30)
             writer.write_assignment(_assignment(4))
             wait_until(lambda: seen[-1:] == [4], what="the watch after the restart", timeout=20)
             wait_until(lambda: "s1" in writer.supervisors(), what="s1 still registered", timeout=20)
-            assert st.write_heartbeat("wordcount", Slot("127.0.0.1", 6700), {"time": 2.0})
+            send_heartbeat(st, "wordcount", slot, time=2.0)
     finally:
         server.stop()
 
@@ -202,9 +199,10 @@ def test_state_is_usable_from_many_threads(state: ClusterState) -> None:
     errors: list[BaseException] = []
 
     def beat(port: int) -> None:
+        slot = Slot("127.0.0.1", port)
         try:
             for i in range(20):
-                assert state.write_heartbeat("wordcount", Slot("127.0.0.1", port), {"time": float(i)})
+                send_heartbeat(state, "wordcount", slot, time=float(i))
         except BaseException as exc:
             errors.append(exc)
 

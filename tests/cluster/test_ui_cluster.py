@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 import pytest
@@ -44,8 +44,8 @@ from tests.helpers import wait_until
 pytestmark = pytest.mark.cluster
 
 #: The UI reads the cluster four times a second here (so the test waits less).
-UI_FAST = {**FAST, "ui.sample.interval.ms": 250, "ui.worker.timeout.secs": 5}
-COUNTS = ("executed", "emitted", "acked", "failed")
+UI_FAST = {**FAST, "ui.sample.interval.ms": 250}
+COUNTS: tuple[Literal["executed", "emitted", "acked", "failed"], ...] = ("executed", "emitted", "acked", "failed")
 
 
 class Api:
@@ -93,7 +93,7 @@ def _nimbus_with_ui(daemons: Daemons) -> tuple[Daemon, Api]:
 
 
 def _other_nimbus(state: ClusterState, leader: str) -> str:
-    (other,) = [c for c in state.nimbus_contenders() if c != leader]
+    (other,) = [c.id for c in state.nimbus_contenders() if c.id != leader]
     return other
 
 

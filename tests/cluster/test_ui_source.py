@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 
 from spark_storm.cluster import admin
+from spark_storm.cluster.liveness import WorkerLiveness
 from spark_storm.cluster.nimbus import Nimbus
-from spark_storm.cluster.state import Assignment, ClusterState, SupervisorInfo
+from spark_storm.cluster.records import Assignment, SupervisorInfo
+from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ConfigError, TopologyActionError, UnknownTopologyError
 from spark_storm.topology import Slot
 from spark_storm.ui import ZooKeeperSource
 from spark_storm.ui.source import TopologyRef
-from tests.cluster.conftest import FAST, wordcount
+from tests.cluster.conftest import FAST, send_heartbeat, wordcount
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -44,8 +46,7 @@ def cluster(zk: str, state: ClusterState, tmp_path: Path) -> Iterator[tuple[Nimb
 
 
 def _beat(state: ClusterState, slot: Slot, **record: object) -> None:
-    base = {"time": time.time(), "pid": 4242, "status": "running", "uptime_s": 3.5, "metrics_port": 9999}
-    assert state.write_heartbeat("wordcount", slot, {**base, **record})
+    send_heartbeat(state, "wordcount", slot, **{"pid": 4242, "uptime_s": 3.5, "metrics_port": 9999, **record})
 
 
 def _topology(source: ZooKeeperSource) -> TopologyRef:
@@ -59,7 +60,7 @@ def test_reads_topologies_workers_supervisors_and_nimbus(
 ) -> None:
     nimbus, assignment = cluster
     first, second = assignment.slots
-    source = ZooKeeperSource(state, worker_timeout_s=0.5)
+    source = ZooKeeperSource(state, WorkerLiveness(task_timeout_s=0.5, launch_timeout_s=60))
     other = Nimbus(zk, FAST, identifier="other-host:222").start()
     try:
         wait_until(lambda: len(state.nimbus_contenders()) == 2, what="the second nimbus contending")
@@ -97,7 +98,7 @@ def test_reads_topologies_workers_supervisors_and_nimbus(
         _beat(state, second, metrics_host="127.0.0.1", status="inactive")
         w1, w2 = _topology(source).workers
         assert (w2.status, w2.endpoint) == ("inactive", "http://127.0.0.1:9999")
-        # a heartbeat that stops changing is dead after the timeout, on this process's clock
+        # a heartbeat that stops changing is dead after the timeout (nimbus's rule), on this process's clock
         wait_until(
             lambda: [w.status for w in _topology(source).workers] == ["dead", "dead"], what="both stale", timeout=5
         )
@@ -109,6 +110,18 @@ def test_reads_topologies_workers_supervisors_and_nimbus(
         assert [(n.id, n.status) for n in source.state().nimbus] == [("other-host:222", "Leader")]
     finally:
         other.stop()
+
+
+def test_workers_that_never_heartbeat_turn_dead_when_nimbus_would_move_them(
+    cluster: tuple[Nimbus, Assignment], state: ClusterState
+) -> None:
+    source = ZooKeeperSource(state, WorkerLiveness(task_timeout_s=60, launch_timeout_s=0.3))
+    assert [w.status for w in _topology(source).workers] == ["starting", "starting"]
+    wait_until(
+        lambda: [w.status for w in _topology(source).workers] == ["dead", "dead"],
+        what="nimbus.task.launch.secs to pass with no heartbeat",
+        timeout=10,
+    )
 
 
 def test_actions_go_through_zookeeper_and_the_errors_are_the_protocols(
@@ -144,7 +157,7 @@ def test_actions_go_through_zookeeper_and_the_errors_are_the_protocols(
     with pytest.raises(TopologyActionError, match="being killed; it cannot be rebalanced"):
         source.rebalance("wordcount", 0, {"numWorkers": 2})
     source.close()
-    assert state.connected  # a shared session stays open
+    assert state.session.connected  # a shared session stays open
 
 
 def test_no_nimbus_is_a_refused_action_and_a_lost_zookeeper_keeps_the_last_reading(
@@ -166,7 +179,7 @@ def test_no_nimbus_is_a_refused_action_and_a_lost_zookeeper_keeps_the_last_readi
     before = source.state()
     assert before.nimbus == ()
     assert [t.status for t in before.topologies] == ["INACTIVE"]
-    own.client.stop()  # the session is gone as when ZooKeeper is unreachable
+    own.close()  # no session: every read fails as when ZooKeeper is unreachable
     after = source.state()
     assert "unreachable since" in after.description
     assert after.topologies == before.topologies

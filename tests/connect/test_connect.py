@@ -22,7 +22,7 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.connect.conftest import install_spec
 from tests.spark.conftest import health, records, two_stage, write_json_rows
 
@@ -253,7 +253,7 @@ CLIENT_ONLY = """
 import json, os, sys, time, urllib.request
 from spark_storm.spark import ServerPackageError, register, ship, storm_foreach, storm_sink
 from spark_storm.spark.session import connect_session
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 topo, out = sys.argv[1], {}
 def received(cluster):

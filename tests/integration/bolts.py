@@ -10,9 +10,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.tuples import Tuple
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.columnar import ColumnarBatch
-from spark_storm.worker.tuples import Tuple
+from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
 
 
 class RecordingBolt(Bolt):
@@ -159,3 +160,95 @@ def read_event_logs(directory: Path, component: str) -> Counter[int]:
     for path in directory.glob(f"{component}-*.log"):
         seen.update(int(line) for line in path.read_text(encoding="ascii").splitlines() if line)
     return seen
+
+
+class ValuesForwarder(Bolt):
+    """Forwards every tuple's values unchanged (anchored), so they cross to another worker."""
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        self.collector.emit(tup.values, anchors=tup)
+        self.collector.ack(tup)
+
+
+class ValuesLog(Bolt):
+    """Appends every tuple's values, as the codec packs them, to ``<record.dir>/values-<task>.bin``.
+
+    A value of ``record.unencodable.key`` in the first field is re-emitted with a value no
+    codec carries (an ``object()``), to show that such a tuple fails alone.
+    """
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        self.out = (Path(str(conf["record.dir"])) / f"values-{context.task_id}.bin").open("ab", buffering=0)
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        from spark_storm.codec.serializer import pack_value
+
+        data = pack_value(tup.values)
+        self.out.write(len(data).to_bytes(4, "big") + data)
+        self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        self.out.close()
+
+
+def read_values(directory: Path) -> list[list[Any]]:
+    """Every tuple a :class:`ValuesLog` wrote under ``directory``."""
+    from spark_storm.codec.serializer import unpack_value
+
+    out = []
+    for path in sorted(directory.glob("values-*.bin")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            n = int.from_bytes(data[pos : pos + 4], "big")
+            out.append(unpack_value(data[pos + 4 : pos + 4 + n]))
+            pos += 4 + n
+    return out
+
+
+class LedgerBolt(StatefulBolt):
+    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/state.md)."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.ledger = state
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        key, n = tup.values[0], tup.values[1]
+        count, total = self.ledger.get(key, (0, 0))
+        self.ledger.put(key, [count + 1, total + n])
+        self.collector.ack(tup)
+
+
+class LedgerBatchBolt(StatefulBatchBolt):
+    """The ledger, columnar: per key [count, sum] with get_many / put_many."""
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.ledger = state
+
+    def execute_batch(self, batch: ColumnarBatch) -> None:
+        if batch.is_tick:
+            return
+        import pyarrow as pa
+
+        grouped = (
+            pa.table({"key": batch.column("key"), "n": batch.column("n")})
+            .group_by("key")
+            .aggregate([("n", "count"), ("n", "sum")])
+        )
+        keys = grouped.column("key").to_pylist()
+        old = self.ledger.get_many(keys, None)
+        new = [
+            [(o or (0, 0))[0] + c, (o or (0, 0))[1] + s]
+            for o, c, s in zip(
+                old, grouped.column("n_count").to_pylist(), grouped.column("n_sum").to_pylist(), strict=True
+            )
+        ]
+        self.ledger.put_many(keys, new)
+        self.collector.ack(batch)

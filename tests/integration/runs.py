@@ -1,19 +1,19 @@
-"""A cluster of worker processes of one test topology, fed by a raw IConnection client."""
+"""A cluster of worker processes of one test topology, fed by a raw IClient."""
 
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import yaml
 
-from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.messaging import IClient, IContext, TaskMessage
+from spark_storm.reports import WorkerMetrics
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 __all__ = ["RUNS", "Run", "arrow_payload", "rows"]
 
@@ -30,7 +30,7 @@ class Run:
         path.write_text(yaml.safe_dump(topo))
         self.cluster = LocalCluster(str(path), workers, overrides={"storm.messaging.tcp.min_wait_ms": 20, **overrides})
         self.ctx: IContext = make_context({"storm.messaging.transport": "tcp"})
-        self.conns: dict[Slot, IConnection] = {}
+        self.conns: dict[Slot, IClient] = {}
         self.stopped = False
         RUNS.append(self)
 
@@ -54,12 +54,8 @@ class Run:
         for conn in self.conns.values():
             assert conn.flush(30), conn.metrics()
 
-    def health(self, slot: Slot) -> dict[str, Any]:
-        hb = self.cluster.heartbeat(slot)
-        assert hb is not None
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            data: dict[str, Any] = json.loads(r.read())
-            return data
+    def health(self, slot: Slot) -> WorkerMetrics:
+        return self.cluster.health(slot)
 
     def stop(self) -> dict[str, dict[int, dict[str, Any]]]:
         self.stopped = True

@@ -17,6 +17,7 @@ import pytest
 
 from spark_storm.errors import (
     ConnectionClosedError,
+    RequestTimeoutError,
     UnsupportedOperationError,
     WireFormatError,
 )
@@ -25,12 +26,14 @@ from spark_storm.messaging import (
     RECV_NOBLOCK,
     BackpressureStatus,
     ConnectionStatus,
-    IConnection,
+    IClient,
     IConnectionCallback,
     IContext,
+    IServer,
     MessageBatch,
     TaskMessage,
 )
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, REQUEST_UNHANDLED
 from spark_storm.messaging.wire import ACCEPTED, PROCESSED, BatchHeader
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 from tests.helpers import wait_until
@@ -105,7 +108,7 @@ def _msgs(tag: int, n: int, start: int = 0, pad: int = 0) -> list[TaskMessage]:
     return [TaskMessage(tag, f"{tag}:{i}".encode() + b"." * pad) for i in range(start, start + n)]
 
 
-def _connect(client_ctx: IContext, server: IConnection) -> IConnection:
+def _connect(client_ctx: IContext, server: IServer) -> IClient:
     return client_ctx.connect(TOPO, "127.0.0.1", server.port)
 
 
@@ -200,19 +203,17 @@ def test_backpressure_status_reaches_clients(net: Net) -> None:
         wait_until(lambda: client.backpressure_tasks() == {4}, what="3 released")
 
 
-def test_wrong_side_calls_raise_one_documented_error(net: Net) -> None:
+def test_bind_makes_a_server_and_connect_a_client_each_with_only_its_own_calls(net: Net) -> None:
     sctx, cctx = net.pair()
     with sctx.bind(TOPO, 0) as server, _connect(cctx, server) as client:
-        with pytest.raises(UnsupportedOperationError, match=r"send\(\) is a client-side call"):
-            server.send(TaskMessage(1, b"x"))
-        with pytest.raises(UnsupportedOperationError, match="server-side call"):
-            client.recv(RECV_NOBLOCK)
-        with pytest.raises(UnsupportedOperationError, match="server-side call"):
-            client.register_recv(lambda b: None)
-        with pytest.raises(UnsupportedOperationError, match="server-side call"):
-            client.send_backpressure_status(BackpressureStatus("w"))
-        with pytest.raises(UnsupportedOperationError, match="client-side call"):
-            server.backpressure_tasks()
+        assert isinstance(server, IServer)
+        assert not isinstance(server, IClient)
+        assert isinstance(client, IClient)
+        assert not isinstance(client, IServer)
+        for call in ("send", "send_group", "wait_acks", "send_commit", "backpressure_tasks", "flush", "wait_ready"):
+            assert not hasattr(server, call), f"a server has no {call}()"
+        for call in ("recv", "recv_batch", "register_recv", "send_backpressure_status"):
+            assert not hasattr(client, call), f"a client has no {call}()"
 
 
 def test_close_is_idempotent_and_use_after_close_fails(net: Net) -> None:
@@ -525,8 +526,6 @@ def test_delivery_groups_are_acked_and_replays_dropped(net: Net) -> None:
         wait_until(lambda: server.metrics()["ledger_size"] == 0, what="the commit to clear the ledger")
         with pytest.raises(ValueError, match="announces 2 messages but 1"):
             retry.send_group(_header(2, 2), _msgs(1, 1))
-        with pytest.raises(UnsupportedOperationError):
-            server.send_group(_header(0, 1), _msgs(1, 1))
 
 
 def test_processed_groups_wait_for_the_receiver(net: Net) -> None:
@@ -576,3 +575,35 @@ def test_processed_groups_are_redelivered_after_the_message_timeout(net: Net) ->
         wait_until(lambda: len(seen) == 1, what="the first delivery")
         client.send_group(h, _msgs(1, 1))
         wait_until(lambda: len(seen) == 2, what="redelivery after the timeout (at-least-once)")
+
+
+def test_requests_are_answered_once_by_the_callback_from_any_thread(net: Net) -> None:
+    class Answering(IConnectionCallback):
+        def recv(self, batch: MessageBatch) -> None:
+            pass
+
+        def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
+            if op == 1:
+                reply(REQUEST_OK, body[::-1])
+            elif op == 2:  # answered later, from another thread (as a checkpoint's PREPARE is)
+                threading.Timer(0.05, reply, (REQUEST_OK, b"later")).start()
+            elif op == 3:
+                msg = "boom"
+                raise RuntimeError(msg)
+            # op 4: never answered
+
+    sctx, cctx = net.pair()
+    with sctx.bind(TOPO, 0, Answering()) as server, _connect(cctx, server) as client:
+        assert client.wait_ready(10)
+        assert client.request(1, b"abc", 10) == (REQUEST_OK, b"cba")
+        assert client.request(2, b"", 10) == (REQUEST_OK, b"later")
+        status, body = client.request(3, b"", 10)
+        assert status == REQUEST_FAILED
+        assert body == b"RuntimeError: boom"
+        with pytest.raises(RequestTimeoutError, match="no answer to request op 4"):
+            client.request(4, b"", 0.3)
+    with sctx.bind(TOPO, 0) as pull, _connect(cctx, pull) as client:  # pull mode: no callback to answer
+        assert client.wait_ready(10)
+        status, body = client.request(1, b"x", 10)
+        assert status == REQUEST_UNHANDLED
+        assert b"pull mode" in body

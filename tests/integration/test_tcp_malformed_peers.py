@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spark_storm.messaging import IConnection, IContext, TaskMessage
+from spark_storm.messaging import IContext, IServer, TaskMessage
 from spark_storm.messaging.wire import Hello, encode_control, encode_messages
 from spark_storm.transport import make_context
 from tests.helpers import wait_until
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[IContext, IConnection, list[TaskMessage]]]:
+def served() -> Iterator[tuple[IContext, IServer, list[TaskMessage]]]:
     ctx = make_context(
         {
             "storm.messaging.transport": "tcp",
@@ -31,7 +31,7 @@ def served() -> Iterator[tuple[IContext, IConnection, list[TaskMessage]]]:
     ctx.term()
 
 
-def _raw(server: IConnection, data: bytes, *, half_close: bool = True) -> bytes:
+def _raw(server: IServer, data: bytes, *, half_close: bool = True) -> bytes:
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
         sock.sendall(data)
         if half_close:
@@ -61,7 +61,7 @@ GARBAGE = {
 
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 def test_garbage_closes_that_peer_only(
-    served: tuple[IContext, IConnection, list[TaskMessage]], name: str, caplog: pytest.LogCaptureFixture
+    served: tuple[IContext, IServer, list[TaskMessage]], name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     ctx, server, got = served
     good = ctx.connect("t", "127.0.0.1", server.port)
@@ -79,7 +79,7 @@ def test_garbage_closes_that_peer_only(
 
 
 def test_silent_peer_is_dropped_after_the_handshake_deadline(
-    served: tuple[IContext, IConnection, list[TaskMessage]],
+    served: tuple[IContext, IServer, list[TaskMessage]],
 ) -> None:
     _, server, _ = served
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:

@@ -1,4 +1,4 @@
-"""Real worker processes on loopback, fed by a raw IConnection client; exact counts."""
+"""Real worker processes on loopback, fed by a raw IClient; exact counts."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import msgpack
 import pytest
 
+from spark_storm.codec.tuples import BROADCAST_TASK
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.tuples import BROADCAST_TASK
 from tests.helpers import wait_until
 from tests.integration.runs import Run, arrow_payload, rows
 
@@ -192,7 +192,8 @@ def test_sigterm_drains_everything_in_flight(tmp: Path) -> None:
     records = run.stop()
     assert sum(r["count"] for r in records["stage1"].values()) == 2000
     _check_stage2(records, 2000)
-    hb = json.loads((run.cluster.heartbeat_dir / f"three-{slot.port}.json").read_text())
+    hb = run.cluster.heartbeat(slot)
+    assert hb is not None
     assert hb["status"] == "stopped"
 
 
@@ -202,6 +203,7 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     slot = run.cluster.slots[0]
     hb = run.cluster.heartbeat(slot)
     assert hb is not None
+    assert hb["metrics_port"] is not None
 
     def stage2_executed() -> int:
         executors = run.health(slot)["executors"].values()
@@ -222,6 +224,26 @@ def test_metrics_endpoint_speaks_prometheus(tmp: Path) -> None:
     assert sum(s.value for s in executed) == 30
     assert all(s.labels["topology"] == "three" and s.name.endswith("_total") for s in executed)
     assert {s.labels["queue"] for s in by_name["spark_storm_queue_capacity"].samples} >= {"transfer"}
+    # Execute latency is a histogram per task that counts tuples: _count is the task's executed,
+    # the buckets are cumulative and end at +Inf, _sum is positive seconds.
+    latency = by_name["spark_storm_bolt_execute_latency_seconds"]
+    assert latency.type == "histogram"
+    per_task: dict[str, dict[str, Any]] = {}
+    for s in latency.samples:
+        if s.labels["component"] == "stage2":
+            entry = per_task.setdefault(s.labels["task"], {"buckets": []})
+            if s.name.endswith("_bucket"):
+                entry["buckets"].append((float(s.labels["le"]), s.value))
+            else:
+                entry[s.name.rsplit("_", 1)[1]] = s.value
+    assert {s.labels["task"]: s.value for s in executed} == {t: e["count"] for t, e in per_task.items()}
+    for entry in per_task.values():
+        counts = [n for _, n in sorted(entry["buckets"])]
+        assert counts == sorted(counts)  # cumulative
+        assert sorted(entry["buckets"])[-1] == (float("inf"), entry["count"])
+        assert len(counts) == 25  # one bound per doubling from 1 us, and +Inf
+        assert entry["sum"] > 0 or entry["count"] == 0
+    assert "spark_storm_bolt_latency_p99_ms" not in by_name  # percentiles cannot be added up: no gauges
     run.stop()
 
 
@@ -235,8 +257,11 @@ def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow
     topo = three_stage("shuffle", tmp / "records", **{"topology.tick.tuple.freq.secs": 0.1})
     run = Run(tmp, topo, 1, **{"topology.load.metrics.interval.ms": 50}).start()
     slot = run.cluster.slots[0]
-    port = run.cluster.heartbeat(slot)["metrics_port"]  # type: ignore[index]
-    assert _post(port, "/deactivate") == "inactive\n"
+    hb = run.cluster.heartbeat(slot)
+    assert hb is not None
+    assert hb["metrics_port"] is not None
+    port = hb["metrics_port"]
+    assert json.loads(_post(port, "/deactivate")) == {"active": False}
     run.send_to_sources(rows(40))
     health = run.health(slot)
     assert health["active"] is False
@@ -244,7 +269,7 @@ def test_deactivate_holds_tuples_activate_releases_them_and_ticks_and_loads_flow
     conn = run.conns[slot]
     sources = list(run.plan.component_tasks["in"])
     wait_until(lambda: set(conn.get_load(sources)) == set(sources), what="load metrics from the worker")
-    assert _post(port, "/activate") == "active\n"
+    assert json.loads(_post(port, "/activate")) == {"active": True}
     wait_until(
         lambda: sum(e["queue"]["population"] for e in run.health(slot)["executors"].values()) == 0,
         what="queues to drain after activate",

@@ -89,15 +89,13 @@ class UICluster(Run):
         """Per component executed/emitted/acked/failed, summed straight from every worker's /health."""
         out: dict[str, dict[str, int]] = {}
         for slot in self.cluster.slots:
-            hb = self.cluster.heartbeat(slot)
-            assert hb is not None
-            with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-                health = json.loads(r.read())
-            for ex in health["executors"].values():
+            for ex in self.cluster.health(slot)["executors"].values():
                 acc = out.setdefault(ex["component"], {"executed": 0, "emitted": 0, "acked": 0, "failed": 0})
                 for t in ex["tasks"].values():
-                    for k in acc:
-                        acc[k] += t[k]
+                    acc["executed"] += t["executed"]
+                    acc["emitted"] += t["emitted"]
+                    acc["acked"] += t["acked"]
+                    acc["failed"] += t["failed"]
         return out
 
     def wait_new_samples(self, n: int) -> None:

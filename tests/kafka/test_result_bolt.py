@@ -12,7 +12,7 @@ import yaml
 from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import PROCESSED, BatchHeader
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.kafka
 

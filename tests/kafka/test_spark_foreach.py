@@ -7,7 +7,6 @@ runs; every one must reach the source task that fields grouping picks, exactly o
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -19,7 +18,7 @@ import yaml
 from spark_storm.errors import ConfigError
 from spark_storm.spark import storm_foreach
 from spark_storm.topology.hashing import fields_hash
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -64,10 +63,7 @@ def _produce(broker: str, topic: str, numbers: range) -> None:
 def _arrived(cluster: LocalCluster) -> int:
     total = 0
     for slot in cluster.slots:
-        hb = cluster.heartbeat(slot)
-        assert hb is not None
-        with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-            total += int(json.loads(r.read())["counters"]["source_tuples_in"])
+        total += cluster.health(slot)["counters"]["source_tuples_in"]
     return total
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

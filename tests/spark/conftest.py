@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,8 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_storm.reports import WorkerMetrics
 from spark_storm.topology import Slot
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import spark_session
 
 BOLT = "tests.integration.bolts:RecordingBolt"
@@ -64,12 +64,8 @@ def two_stage(tmp: Path, name: str = "sparktest", conf: dict[str, Any] | None = 
     return path
 
 
-def health(cluster: LocalCluster, slot: Slot) -> dict[str, Any]:
-    hb = cluster.heartbeat(slot)
-    assert hb is not None
-    with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=10) as r:
-        data: dict[str, Any] = json.loads(r.read())
-        return data
+def health(cluster: LocalCluster, slot: Slot) -> WorkerMetrics:
+    return cluster.health(slot)
 
 
 def records(tmp: Path) -> dict[str, dict[int, dict[str, Any]]]:

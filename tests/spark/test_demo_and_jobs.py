@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.spark.conftest import health
 
 pytestmark = pytest.mark.spark

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_storm.worker.cluster import LocalCluster
+from spark_storm.worker.local_cluster import LocalCluster
 from tests.spark.conftest import health
 from tests.spark.test_demo_and_jobs import _wordcount, run_wordcount_job
 

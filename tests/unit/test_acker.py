@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 from spark_storm.messaging.wire import FAILED, PROCESSED
-from spark_storm.worker.acker import Acker, new_edge
-from spark_storm.worker.tuples import GroupTracker
+from spark_storm.worker.acker import Acker, GroupTracker, new_edge
 
 
 def _tracked(acker: Acker) -> tuple[list[int], int, int]:
@@ -30,10 +27,12 @@ def test_a_tree_completes_when_every_edge_was_created_and_acked_in_any_order() -
 
 
 def test_roots_pending_past_the_message_timeout_fail_oldest_first() -> None:
-    acker = Acker()
+    now = [100.0]
+    acker = Acker(clock=lambda: now[0])
     old, old_root, _ = _tracked(acker)
-    time.sleep(0.05)
+    now[0] += 0.05
     young, _, _ = _tracked(acker)
+    now[0] += 0.02  # the old root is 70 ms old, the young one 20 ms: only the old passed 30 ms
     assert acker.expire(0.03) == 1
     assert (old, young) == ([FAILED], [])
     assert acker.timed_out == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from spark_storm.cluster.nimbus import Nimbus
-from spark_storm.cluster.state import Assignment, TopologyRecord, ZooKeeperAddress, check_topology_name
+from spark_storm.cluster.records import Assignment, TopologyRecord, check_topology_name
+from spark_storm.cluster.session import ZooKeeperAddress
 from spark_storm.errors import ClusterError, ConfigError
 from spark_storm.topology import Slot, TopologyBuilder, plan
 from spark_storm.topology.model import Input

@@ -67,7 +67,7 @@ def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
     assert services["zookeeper"]["image"].startswith("zookeeper:3.9")
     conf = yaml.safe_load((DOCKER / "storm.yaml").read_text())
     assert conf["storm.zookeeper.servers"] == ["zookeeper"]  # the service name, as the containers resolve it
-    from spark_storm.cluster.state import ZooKeeperAddress
+    from spark_storm.cluster.session import ZooKeeperAddress
 
     assert str(ZooKeeperAddress.parse(None, conf)) == "zookeeper:2181/storm"
     supervisors = {n: s for n, s in services.items() if s.get("command", [None])[0] == "supervisor"}
@@ -90,14 +90,14 @@ def test_the_cluster_profile_wires_zookeeper_nimbus_and_supervisors() -> None:
 
 def test_cluster_supervisors_launch_workers_in_cluster_form_and_spark_follows_zookeeper(tmp_path: Path) -> None:
     """What each supervisor container would run for its slots, from its compose command line (no engine)."""
-    from spark_storm.cli import _parser
+    from spark_storm.cli import build_parser
     from spark_storm.cluster.supervisor import LaunchSpec, Supervisor
 
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
     services = compose["services"]
     conf_file = yaml.safe_load((DOCKER / "storm.yaml").read_text())
     for name in ("supervisor-a", "supervisor-b"):
-        args = _parser().parse_args(services[name]["command"])
+        args = build_parser().parse_args(services[name]["command"])
         assert args.conf == "/etc/spark-storm/storm.yaml"  # mounted from docker/storm.yaml
         overrides = dict(s.split("=", 1) for s in args.set or [])
         sup = Supervisor(
@@ -126,7 +126,7 @@ def test_cluster_supervisors_launch_workers_in_cluster_form_and_spark_follows_zo
                 ]
                 assert "--workers" not in worker  # the plan comes from ZooKeeper, not a slot list
                 assert worker[worker.index("--conf") + 1] == "/etc/spark-storm/storm.yaml"  # 0.0.0.0 + the secret
-                worker_args = _parser().parse_args(worker)
+                worker_args = build_parser().parse_args(worker)
                 assert worker_args.topology is None
                 assert worker_args.topology_id == "wordcount"
         finally:
@@ -134,7 +134,7 @@ def test_cluster_supervisors_launch_workers_in_cluster_form_and_spark_follows_zo
     stream = services["stream"]
     assert stream["entrypoint"][-1] == "jobs/wordcount_to_storm.py"
     command = stream["command"]
-    from spark_storm.cluster.state import ZooKeeperAddress
+    from spark_storm.cluster.session import ZooKeeperAddress
 
     assert ZooKeeperAddress.parse(command[command.index("--zookeeper") + 1]) == ZooKeeperAddress.parse(None, conf_file)
     assert "--workers" not in command

@@ -15,7 +15,7 @@ import spark_storm.messaging.wire
 import spark_storm.ui
 
 PKG = Path(__file__).resolve().parents[2] / "spark_storm"
-ORDER = ["messaging", "topology", "transport", "cluster", "worker", "ui", "spark"]
+ORDER = ["messaging", "codec", "topology", "transport", "cluster", "worker", "ui", "spark"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -57,3 +57,9 @@ def test_public_names_are_sorted_and_exist(module: object) -> None:
     assert names == sorted(names, key=lambda n: (0 if n.isupper() else 1 if n[0].isupper() else 2, n))
     for name in names:
         assert hasattr(module, name)
+
+
+@pytest.mark.parametrize("module", ["latency.py", "http_policy.py", "netutil.py"])
+def test_shared_bottom_modules_import_nothing_from_the_package(module: str) -> None:
+    # the worker, the UI and the exporters all stand on them
+    assert not {n for n in _imports(PKG / module) if n.startswith("spark_storm")}

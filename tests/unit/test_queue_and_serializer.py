@@ -4,10 +4,10 @@ import threading
 
 import pytest
 
+from spark_storm.codec.serializer import MsgpackSerializer, make_serializer
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.worker.queue import BatchQueue
-from spark_storm.worker.serializer import MsgpackSerializer, make_serializer
 from tests.helpers import wait_until
 
 

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_storm.errors import ActionNotSupportedError, UnknownTopologyError
+from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.ui import views
 from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, executor_counts
-from spark_storm.ui.source import ClusterState, TopologyRef, WorkerRef
+from spark_storm.ui.source import ClusterView, TopologyRef, WorkerRef
 from spark_storm.worker.http import prometheus_text
 from tests.helpers import wait_until
 
@@ -57,13 +57,18 @@ def _health(active: bool = True, executed: int = 100, **extra: Any) -> dict[str,
     }
 
 
+def _metrics(health: dict[str, Any]) -> WorkerMetrics:
+    """The /health of a worker that leaves keys out (another version): the views read them with .get."""
+    return cast(WorkerMetrics, health)
+
+
 def _reading(*healths: dict[str, Any] | None, status: str | None = None) -> TopologyReading:
     workers = tuple(
         WorkerReading(
             WorkerRef(
                 "t", "127.0.0.1", 6700 + i, "running", "local", time.time(), 12.0, 100 + i, "127.0.0.1", 9000 + i
             ),
-            h,
+            None if h is None else _metrics(h),
             None if h is not None else "GET failed",
         )
         for i, h in enumerate(healths)
@@ -72,7 +77,7 @@ def _reading(*healths: dict[str, Any] | None, status: str | None = None) -> Topo
 
 
 def _snap(reading: TopologyReading) -> Snapshot:
-    state = ClusterState("local-cluster", "test", (reading.ref,))
+    state = ClusterView("local-cluster", "test", (reading.ref,))
     return Snapshot(time.time(), state, {"t": reading})
 
 
@@ -145,14 +150,15 @@ def test_keys_the_workers_report_are_used_as_they_are() -> None:
     )
     ex = health["executors"]["split[1-2]"]
     ex["capacity"] = 0.75
-    ex["tasks"]["1"].update(latency_p50_ms=0.2, latency_p99_ms=3.0, rate=40.0)
-    ex["tasks"]["2"].update(latency_p50_ms=0.4, latency_p99_ms=1.0, rate=10.0)
+    ex["tasks"]["1"].update(latency_p50_ms=0.2, latency_p99_ms=3.0, rate=40.0, latency_buckets=[[2e-4, 60], [3e-3, 1]])
+    ex["tasks"]["2"].update(latency_p50_ms=0.4, latency_p99_ms=1.0, rate=10.0, latency_buckets=[[4e-4, 39], [1e-3, 1]])
     reading = _reading(health)
     detail = views.topology_detail(_snap(reading), reading, [], window_s=5)
     (comp,) = detail["bolts"]
     assert comp["type"] == "bolt"
     assert (comp["rate"], comp["capacity"]) == (50.0, "0.750")
-    assert (comp["latencyP50Ms"], comp["latencyP99Ms"]) == (0.4, 3.0)  # the highest of its tasks
+    # from the tasks' buckets added together: 60 + 39 + 1 + 1 tuples, the 50th at 0.2 ms, the 100th at 1 ms
+    assert (comp["latencyP50Ms"], comp["latencyP99Ms"]) == (0.2, 1.0)
     assert comp["lastError"] == "ValueError: bad"
     assert comp["errorPort"] == 6700
     (worker,) = detail["workers"]
@@ -219,16 +225,16 @@ def test_chart_history_is_executed_per_second_per_component() -> None:
     out = views.chart_history(hist)
     assert out["times"] == [12.0, 13.0]
     assert out["executedPerSecond"] == {"split": [50.0, 300.0]}
-    assert executor_counts(_health(executed=5))["split[1-2]"] == ExecutorCounts("split", 10, 10, 10, 0, 5.0)
+    assert executor_counts(_metrics(_health(executed=5)))["split[1-2]"] == ExecutorCounts("split", 10, 10, 10, 0, 5.0)
     with_busy = _health(executed=5)
     for t in with_busy["executors"]["split[1-2]"]["tasks"].values():
         t["busy_s"] = 0.25  # the worker's own clock of time in execute wins over executed x mean
-    assert executor_counts(with_busy)["split[1-2]"].busy_ms == 500.0
+    assert executor_counts(_metrics(with_busy))["split[1-2]"].busy_ms == 500.0
 
 
 # ---------------------------------------------------------------------- the heartbeat source
 def _beat(directory: Path, port: int, pid: int, *, status: str = "running", age: float = 0.0) -> None:
-    record = {
+    record: WorkerHeartbeat = {
         "topology": "wc",
         "worker": f"127.0.0.1:{port}",
         "pid": pid,
@@ -236,9 +242,11 @@ def _beat(directory: Path, port: int, pid: int, *, status: str = "running", age:
         "time": time.time() - age,
         "uptime_s": 5.0,
         "executors": ["split[1-2]"],
+        "received": 0,
         "metrics_port": 1,
+        "metrics_host": "127.0.0.1",
     }
-    (directory / f"wc-{port}.json").write_text(json.dumps(record))
+    HeartbeatFileWriter(directory, "wc", port).write(record)
 
 
 def test_heartbeats_make_workers_alive_dead_or_stopped(tmp_path: Path) -> None:
@@ -304,7 +312,9 @@ def test_kill_waits_before_stopping_and_close_cancels_it(tmp_path: Path) -> None
 def test_metrics_text_is_prometheus_clients_own_one_family_each() -> None:
     health = _health(rss_bytes=5_000_000, uptime_s=12.5, topology='we"ird\ntopo')
     health["executors"]["split[1-2]"]["capacity"] = 0.25
-    health["executors"]["split[1-2]"]["tasks"]["1"].update(latency_p99_ms=4.5, rate=None)
+    health["executors"]["split[1-2]"]["tasks"]["1"].update(
+        latency_p99_ms=4.5, rate=None, latency_total_buckets=[[2e-06, 99], [0.004096, 1]], latency_total_sum_s=0.0042
+    )
     health["connections"] = {"127.0.0.1:6701": {"sent": 5, "pending": 1, "status": "ready"}}
     text = prometheus_text(health)
     families = {f.name: f for f in text_string_to_metric_families(text)}
@@ -314,7 +324,21 @@ def test_metrics_text_is_prometheus_clients_own_one_family_each() -> None:
     assert sorted((s.labels["task"], s.value) for s in executed.samples) == [("1", 100.0), ("2", 100.0)]
     assert executed.samples[0].labels["topology"] == 'we"ird\ntopo'
     assert families["spark_storm_executor_capacity"].samples[0].value == 0.25
-    assert [s.value for s in families["spark_storm_bolt_latency_p99_ms"].samples] == [4.5]
+    assert "spark_storm_bolt_latency_p99_ms" not in families  # a histogram, not percentile gauges
+    latency = families["spark_storm_bolt_execute_latency_seconds"]
+    assert latency.type == "histogram"
+    by_le = {s.labels["le"]: s.value for s in latency.samples if s.name.endswith("_bucket")}
+    assert (by_le["1e-06"], by_le["2e-06"], by_le["0.002048"], by_le["0.004096"], by_le["+Inf"]) == (
+        0,
+        99,
+        99,
+        100,
+        100,
+    )
+    assert {s.name: s.value for s in latency.samples if not s.name.endswith("_bucket")} == {
+        "spark_storm_bolt_execute_latency_seconds_count": 100,
+        "spark_storm_bolt_execute_latency_seconds_sum": 0.0042,
+    }
     assert "spark_storm_bolt_rate" not in families  # a null is not a sample
     assert families["spark_storm_worker_rss_bytes"].samples[0].value == 5_000_000
     assert families["spark_storm_queue_backpressure"].type == "gauge"

@@ -16,19 +16,18 @@ import msgpack
 import pyarrow as pa
 import pytest
 
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
+from spark_storm.codec.tuples import Tuple
 from spark_storm.config import Config
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.topology import Slot, plan, topology_from_dict
-from spark_storm.worker.acker import new_edge
-from spark_storm.worker.columnar import ColumnarBatch
+from spark_storm.worker.acker import GroupTracker, new_edge
 from spark_storm.worker.executor import BatchExecutor, TupleExecutor
-from spark_storm.worker.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
-from spark_storm.worker.receive import GroupRejected, Receiver
+from spark_storm.worker.receive import GroupRejected
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from spark_storm.worker.transfer import BackPressureTracker, WorkerTransfer
-from spark_storm.worker.tuples import Tuple
 from tests.helpers import wait_until
 
 A, B = Slot("h", 1), Slot("h", 2)
@@ -68,11 +67,9 @@ class World:
         self.state = WorkerState(
             self.plan, slot, self.conf, self.settings, lambda reason, failure=True: self.stops.append(reason)
         )
-        self.receiver = Receiver(self.state, self.settings.dead_letter_file)
-        self.transfer = WorkerTransfer(self.state, self.settings)
-        self.state.receiver, self.state.transfer = self.receiver, self.transfer
-        bp = BackPressureTracker(str(slot), lambda: None)
-        self.state.route_to({spec: self.state.build_executor(spec, bp) for spec in self.plan.executors_of(slot)})
+        self.receiver = self.state.receiver
+        self.transfer = self.state.transfer
+        self.state.route_to({spec: self.state.build_executor(spec) for spec in self.plan.executors_of(slot)})
 
     def queued(self, task: int) -> list[Any]:
         queue = self.state.queue_of(task)
@@ -232,7 +229,7 @@ def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_i
     [(task, local_tuples)] = local
     assert task == 5
     [(message, weight)] = remote
-    src, stream, remote_rows, anchors = unpack_bolt(world.state.serializer, message.payload)
+    src, stream, remote_rows, anchors, _generation = unpack_bolt(world.state.serializer, message.payload)
     assert (src, stream, anchors, message.task) == (3, "default", None, 6)
     assert weight == len(remote_rows)
     assert sorted([t.values for t in local_tuples] + remote_rows) == sorted(_rows(60))
@@ -277,14 +274,14 @@ def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: W
 
 
 def test_columnar_payload_metadata_round_trips() -> None:
-    from spark_storm.worker.payloads import read_arrow
+    from spark_storm.codec.payloads import read_arrow
 
     data = pa.record_batch({"key": ["x"], "n": [1]})
     edge = new_edge()
     payload = arrow_payload(data, columnar_metadata(3, "s", [(0, 1, edge)]))
     decoded, origin = read_arrow(payload)
     assert decoded.to_pylist() == data.to_pylist()
-    assert origin == (3, "s", [(0, 1, edge)])
+    assert origin == (3, "s", [(0, 1, edge)], 0)
     assert read_arrow(arrow_payload(data))[1] is None
 
 
@@ -296,7 +293,7 @@ def test_items_a_stopped_executor_refuses_go_where_their_task_is_now() -> None:
         tuples = [Tuple(v, w.state.source_of(2, "default")) for v in _rows(4)]
         w.state.reroute([(3, tuples)], [4])
         [(message, weight)] = w.transfer.queue.take(10, 0)
-        src, stream, rows, anchors = unpack_bolt(w.state.serializer, message.payload)
+        src, stream, rows, anchors, _generation = unpack_bolt(w.state.serializer, message.payload)
         assert (message.task, weight, src, stream, rows, anchors) == (3, 4, 2, "default", _rows(4), None)
         # a local executor's closed queue refuses a publish; the receive path reroutes it
         queue = w.state.queue_of(2)
@@ -333,3 +330,32 @@ def test_arrow_payloads_keep_each_schemas_own_metadata() -> None:
     tagged = plain.replace_schema_metadata({b"origin": b"spark"})
     for data in (plain, tagged, plain):
         assert pa.ipc.open_stream(arrow_payload(data)).schema.metadata == data.schema.metadata
+
+
+def test_a_value_no_codec_carries_fails_its_tuple_alone_and_the_executor_goes_on(world: World) -> None:
+    """A bolt forwarding a value that cannot cross to another worker: that tuple's tree fails, nothing else."""
+    acker = world.state.acker
+    statuses: list[int] = []
+    tracker = GroupTracker(statuses.append)
+    mid = next(e for s, e in world.state.executors.items() if s.component == "mid")  # mid[3] on A
+    mid.emitter.owner = threading.get_ident()
+    mid._prepare()
+    source = world.state.source_of(2, "default")
+    keys = [f"k{i}" for i in range(40)]
+    remote_key = next(k for k in keys if mid.collectors[3]._routes["default"].choose([k, 0]) == [6])  # out[6] is on B
+    good, bad = Tuple([remote_key, 1], source), Tuple([remote_key, object()], source)
+    tracker.expect(2)
+    for tup in (good, bad):
+        root, edge = acker.root(tracker)
+        tup.anchors = [(world.state.worker_id, root, edge)]
+    tracker.sealed()
+    mid._process([(3, [good, bad])])
+    mid.emitter.flush()  # must not raise: the executor thread would die with it
+    [(message, weight)] = world.transfer.queue.take(1 << 30, 0)
+    assert weight == 1
+    assert unpack_bolt(world.state.serializer, message.payload)[2] == [[remote_key, 1]]
+    assert statuses == [FAILED]  # the bad tuple's tree failed: the group is replayed
+    [error] = list(world.state.errors)
+    assert "component 'mid' task 3 stream 'default'" in error["error"]
+    assert "field 'n' holds a object" in error["error"]
+    assert mid.stats[3].errors == 1

@@ -11,13 +11,14 @@ import msgpack
 import pytest
 import yaml
 
-from spark_storm.cluster.state import ACTIVE, INACTIVE, KILLED, Assignment, ClusterState, TopologyRecord
+from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, Assignment, TopologyRecord
+from spark_storm.cluster.state import ClusterState
 from spark_storm.config import load_config
 from spark_storm.messaging import TaskMessage
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.transport import make_context
-from spark_storm.worker.cluster_mode import ClusterWorker
+from spark_storm.worker.zk_worker import ZooKeeperWorker
 from tests.cluster.conftest import (
     FAST,
     Daemons,
@@ -56,7 +57,7 @@ def _topology_dict(record_dir: Path) -> dict[str, Any]:
     }
 
 
-def _executed(worker: ClusterWorker, component: str) -> int:
+def _executed(worker: ZooKeeperWorker, component: str) -> int:
     assert worker.worker is not None
     total = 0
     for m in worker.worker.metrics()["executors"].values():
@@ -93,8 +94,8 @@ def test_a_cluster_worker_follows_assignments_status_and_survives_a_lost_session
     state, topo = submitted
     a, b = (Slot("127.0.0.1", p) for p in sorted(free_ports(2)))
     state.write_assignment(Assignment.from_plan(plan(topo, [a]), 1))
-    wa = ClusterWorker(zk, NAME, a, _conf(tmp_path))
-    wb = ClusterWorker(zk, NAME, b, _conf(tmp_path))
+    wa = ZooKeeperWorker(zk, NAME, a, _conf(tmp_path))
+    wb = ZooKeeperWorker(zk, NAME, b, _conf(tmp_path))
     ctx = make_context({"storm.messaging.tcp.min_wait_ms": 20})
     try:
         wa.start()
@@ -128,14 +129,14 @@ def test_a_cluster_worker_follows_assignments_status_and_survives_a_lost_session
         wait_until(lambda: _executed(wa, "out") == 70, what="the 20 run once active again")
 
         # a lost ZooKeeper session: reconnected, heartbeats resume, the bolts never stopped
-        old_session = wa.state.session_id()
+        old_session = wa.state.session.session_id()
         _expire(wa.state, zookeeper)
         wait_until(
-            lambda: wa.state.connected and wa.state.session_id() not in (None, old_session),
+            lambda: wa.state.session.connected and wa.state.session.session_id() not in (None, old_session),
             what="A's new ZooKeeper session",
             timeout=30,
         )
-        assert wa.state.session_losses == 1
+        assert wa.state.session.session_losses == 1
         assert not wa.stopping.is_set()
         version_after = state.read_heartbeats(NAME)[a].version
         wait_until(lambda: state.read_heartbeats(NAME)[a].version > version_after + 2, what="heartbeats resumed")

@@ -1,4 +1,4 @@
-"""Tuples as bolts see them, where they come from, and delivery-group tracking.
+"""Tuples as bolts see them, and where they come from.
 
 A :class:`Tuple` is two references on the hot path: its values and a shared
 :class:`TupleSource` (component, task, stream, fields) that every tuple of that origin
@@ -9,23 +9,20 @@ topology context rather than copies of the metadata.  Anchors (tuple trees, for
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
-
-from spark_storm.messaging.wire import FAILED as FAILED_STATUS
-from spark_storm.messaging.wire import PROCESSED as PROCESSED_STATUS
 
 __all__ = [
     "BROADCAST_TASK",
+    "CHECKPOINT_STREAM",
     "CLIENT_COMPONENT",
     "NO_ANCHORS",
     "SYSTEM_COMPONENT",
     "TICK_SOURCE",
     "TICK_STREAM",
     "Anchor",
+    "Barrier",
     "FromSource",
-    "GroupTracker",
     "Tuple",
     "TupleSource",
 ]
@@ -37,8 +34,10 @@ SYSTEM_COMPONENT: Final = "__system"
 TICK_STREAM: Final = "__tick"
 #: ``source_component`` of tuples that external clients (Spark) send to source tasks.
 CLIENT_COMPONENT: Final = "__client"
+#: The stream checkpoint barriers travel on (Storm's checkpoint stream).
+CHECKPOINT_STREAM: Final = "$checkpoint"
 
-#: (acker slot index, root id, edge id): one tuple tree a tuple belongs to.
+#: (worker id of the root's acker, root id, edge id): one tuple tree a tuple belongs to.
 Anchor = tuple[int, int, int]
 #: The anchors of an untracked tuple (shared; never mutated).
 NO_ANCHORS: Final[list[Anchor]] = []
@@ -124,7 +123,7 @@ class Tuple(FromSource):
         self.source = source
         #: Tuple trees this tuple belongs to (empty: untracked).
         self.anchors = NO_ANCHORS
-        #: Per (slot index, root): XOR of the edges of children emitted anchored on this tuple.
+        #: Per (worker id, root): XOR of the edges of children emitted anchored on this tuple.
         self.pending: dict[tuple[int, int], Any] | None = None
 
     def get(self, field: str) -> Any:
@@ -147,44 +146,32 @@ class Tuple(FromSource):
         return f"Tuple({s.component}:{s.task}/{s.stream} {shown!r})"
 
 
-class GroupTracker:
-    """Counts the acks of one delivery group's tuple trees; reports PROCESSED when all are in.
+class Barrier:
+    """Checkpoint barrier ``epoch`` from ``source_task`` (-1: injected at a source task), in generation ``generation``.
 
-    The worker calls :meth:`expect` while decoding, :meth:`sealed` once every tuple is
-    queued; the acker calls :meth:`ack` / :meth:`fail` as trees complete.  The first fail
-    reports FAILED (the sender retries the group; delivery is at-least-once).
+    Everything a task sent before its barrier belongs to the epoch (docs/state.md); a
+    barrier travels behind that data in every queue and connection, and weighs nothing.
     """
 
-    __slots__ = ("_done", "_failed", "_lock", "_pending", "_sealed")
+    __slots__ = ("epoch", "generation", "source_task")
 
-    def __init__(self, done: Callable[[int], None]) -> None:
-        self._done = done
-        self._pending = 0
-        self._sealed = False
-        self._failed = False
-        self._lock = threading.Lock()
+    def __init__(self, epoch: int, generation: int, source_task: int) -> None:
+        self.epoch = epoch
+        self.generation = generation
+        self.source_task = source_task
 
-    def expect(self, n: int) -> None:
-        with self._lock:
-            self._pending += n
+    def __len__(self) -> int:
+        return 0
 
-    def sealed(self) -> None:
-        with self._lock:
-            self._sealed = True
-            finished = self._pending == 0 and not self._failed
-        if finished:
-            self._done(PROCESSED_STATUS)
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Barrier) and (self.epoch, self.generation, self.source_task) == (
+            other.epoch,
+            other.generation,
+            other.source_task,
+        )
 
-    def ack(self) -> None:
-        with self._lock:
-            self._pending -= 1
-            finished = self._sealed and self._pending == 0 and not self._failed
-        if finished:
-            self._done(PROCESSED_STATUS)
+    def __hash__(self) -> int:
+        return hash((self.epoch, self.generation, self.source_task))
 
-    def fail(self) -> None:
-        with self._lock:
-            first = not self._failed
-            self._failed = True
-        if first:
-            self._done(FAILED_STATUS)
+    def __repr__(self) -> str:
+        return f"Barrier(epoch {self.epoch}, generation {self.generation}, from task {self.source_task})"

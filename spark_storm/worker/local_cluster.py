@@ -23,11 +23,20 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import StormError
 from spark_storm.netutil import free_ports
+from spark_storm.reports import (
+    WorkerHeartbeat,
+    WorkerMetrics,
+    heartbeat_file_name,
+    metrics_endpoint,
+    parse_worker_metrics,
+    read_heartbeat_file,
+)
 from spark_storm.topology.assignment import Slot, plan
 from spark_storm.topology.model import load_topology
 
@@ -121,13 +130,30 @@ class LocalCluster:
                 self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True
             )
 
-    def heartbeat(self, slot: Slot) -> dict[str, Any] | None:
-        path = self.heartbeat_dir / f"{self.topology.name}-{slot.port}.json"
-        try:
-            data: dict[str, Any] = json.loads(path.read_text())
-            return data
-        except (OSError, ValueError):
-            return None
+    def heartbeat(self, slot: Slot) -> WorkerHeartbeat | None:
+        """Return the last heartbeat of the worker of ``slot``, or None before its first."""
+        return read_heartbeat_file(self.heartbeat_dir / heartbeat_file_name(self.topology.name, slot.port))
+
+    def health(self, slot: Slot, timeout: float = 10.0) -> WorkerMetrics:
+        """Return the worker's metrics, read from its ``GET /health``.
+
+        Raises
+        ------
+        StormError
+            The worker wrote no heartbeat yet or serves no HTTP endpoint
+            (``topology.worker.metrics.port`` -1), or its answer is not a ``/health``.
+        OSError
+            Its endpoint did not answer within ``timeout`` seconds.
+        """
+        hb = self.heartbeat(slot)
+        endpoint = None if hb is None else metrics_endpoint(hb, slot.host)
+        if endpoint is None:
+            what = "no heartbeat yet" if hb is None else "no HTTP endpoint (topology.worker.metrics.port is -1)"
+            msg = f"worker {slot} of {self.topology.name}: {what}; its /health cannot be read"
+            raise StormError(msg)
+        url = f"http://{endpoint[0]}:{endpoint[1]}/health"
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return parse_worker_metrics(r.read(), f"GET {url}")
 
     def wait_running(self, timeout: float = 60.0, slots: list[Slot] | None = None) -> None:
         """Wait for "running" heartbeats; raise with the worker's log tail if one dies."""
@@ -140,7 +166,7 @@ class LocalCluster:
                     msg = f"worker {slot} exited with {proc.returncode}:\n{self.log_tail(slot)}"
                     raise StormError(msg)
                 hb = self.heartbeat(slot)
-                if hb and hb.get("status") == "running" and hb.get("pid") == proc.pid:
+                if hb is not None and hb["status"] == "running" and hb["pid"] == proc.pid:
                     pending.remove(slot)
             if pending and time.monotonic() > deadline:
                 msg = f"workers {', '.join(map(str, pending))} not running after {timeout}s:\n" + "\n".join(

@@ -7,19 +7,21 @@ from ZooKeeper instead of a slot list:
 * start: read the topology (``/topologies/<name>``), wait up to
   ``worker.assignment.timeout.secs`` for an assignment that includes ``H:P``, build the
   worker from that plan;
-* RefreshConnections: a watch on ``/assignments/<name>``; for each newer version the
-  refresh thread calls :meth:`Worker.refresh` (new connections first, an atomic swap,
-  executors moved) — or, if the new version leaves this slot out, runs the worker's
+* :meth:`~ZooKeeperWorker.refresh_connections` (Storm's RefreshConnections): a watch on
+  ``/assignments/<name>``; for each newer version the refresh thread calls
+  :meth:`Worker.refresh` (new connections first, an atomic swap, executors moved) — or, if
+  the new version leaves this slot out, runs the worker's ordered shutdown;
+* :meth:`~ZooKeeperWorker.refresh_active` (Storm's RefreshActive): a watch on the topology's
+  status: ``active`` → executors consume, ``inactive`` → they pause, ``killed`` or removed →
   ordered shutdown;
-* RefreshActive: a watch on the topology's status: ``active`` → executors consume,
-  ``inactive`` → they pause, ``killed`` or removed → ordered shutdown;
-* heartbeats: a timer duty writes the worker's heartbeat record (the same as its local
-  file, plus the assignment version it runs) to ``/heartbeats/<name>/<H:P>`` every
+* heartbeats: a timer duty writes the worker's heartbeat record
+  (:class:`~spark_storm.reports.WorkerHeartbeat`: the same as its local file, plus the
+  assignment version it runs) to ``/heartbeats/<name>/<H:P>`` every
   ``worker.heartbeat.frequency.secs``, without waiting for ZooKeeper.
 
 Watch callbacks only store the newest value and wake the refresh thread; nothing here
 calls ZooKeeper synchronously once the worker runs, so a ZooKeeper outage or a lost
-session (reconnected by :class:`~spark_storm.cluster.state.ClusterState`, watches re-armed)
+session (reconnected by :class:`~spark_storm.cluster.session.ZooKeeperSession`, watches re-armed)
 never stops the bolts: the worker keeps running its last plan and heartbeats resume
 when the session is back.
 """
@@ -29,25 +31,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Final
+from typing import Final
 
-from spark_storm.cluster.state import (
-    ACTIVE,
-    INACTIVE,
-    KILLED,
-    Assignment,
-    ClusterState,
-    Watch,
-    ZooKeeperAddress,
-    check_topology_name,
-)
+from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, Assignment, check_topology_name
+from spark_storm.cluster.session import Watch, ZooKeeperAddress
+from spark_storm.cluster.state import ClusterState
 from spark_storm.config import Config
 from spark_storm.errors import ClusterError, StormError
 from spark_storm.topology.assignment import Slot
 from spark_storm.topology.model import Topology
 from spark_storm.worker.worker import Worker
 
-__all__ = ["ClusterWorker"]
+__all__ = ["ZooKeeperWorker"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +54,7 @@ class _Unset:
 _UNSET: Final = _Unset()
 
 
-class ClusterWorker:
+class ZooKeeperWorker:
     """One worker process of a topology submitted to the cluster.
 
     Parameters
@@ -241,7 +236,7 @@ class ClusterWorker:
 
     # ------------------------------------------------------------------ the refresh thread
     def _run(self) -> None:
-        """RefreshConnections and RefreshActive: follow the newest assignment and status."""
+        """Run the refresh thread: follow the newest status and assignment the watches heard of."""
         worker = self.worker
         assert worker is not None
         while not worker.stopping.is_set():
@@ -252,16 +247,21 @@ class ClusterWorker:
             if worker.stopping.is_set():
                 break
             try:
-                self._follow_status(worker)
+                self.refresh_active()
                 if not worker.stopping.is_set():
-                    self._follow_assignment(worker)
+                    self.refresh_connections()
             except StormError as exc:
                 worker.request_stop(f"cannot follow ZooKeeper: {exc}")
 
-    def _follow_status(self, worker: Worker) -> None:
+    def refresh_active(self) -> None:
+        """Storm's RefreshActive: pause, resume or stop the worker as the topology's newest status says.
+
+        The refresh thread calls it whenever the status watch fires; nothing to do before the worker runs.
+        """
         with self._lock:
             status = self._latest_status
-        if isinstance(status, _Unset):
+        worker = self.worker
+        if isinstance(status, _Unset) or worker is None:
             return
         if status is None:
             worker.request_stop(f"topology {self.topology_id} was removed from ZooKeeper", failure=False)
@@ -277,11 +277,19 @@ class ClusterWorker:
             worker.activate()
             self.counters["activations"] += 1
 
-    def _follow_assignment(self, worker: Worker) -> None:
+    def refresh_connections(self) -> None:
+        """Storm's RefreshConnections: move the worker to the newest assignment (or stop it when it left the slot).
+
+        New connections first, then an atomic swap and the executors moved
+        (:meth:`Worker.refresh`); a new version that places nothing differently only updates
+        the version the heartbeats report.  The refresh thread calls it whenever the
+        assignment watch fires; nothing to do before the worker runs.
+        """
         with self._lock:
             latest = self._latest_assignment
         current = self.assignment
-        if isinstance(latest, _Unset) or current is None:
+        worker = self.worker
+        if isinstance(latest, _Unset) or current is None or worker is None:
             return
         if latest is None:
             worker.request_stop(f"the assignment of {self.topology_id} was removed", failure=False)
@@ -316,6 +324,6 @@ class ClusterWorker:
         worker = self.worker
         if worker is None:
             return
-        record: dict[str, Any] = worker.heartbeat_record()
+        record = worker.heartbeat_record()
         record["assignment_version"] = self.version
         self.state.send_heartbeat(self.topology_id, self.slot, record)

@@ -1,6 +1,6 @@
 """Columnar batches: what batch bolts get and emit (Arrow record batches with an origin).
 
-A :class:`ColumnarBatch` is to a batch bolt what a :class:`~spark_storm.worker.tuples.Tuple`
+A :class:`ColumnarBatch` is to a batch bolt what a :class:`~spark_storm.codec.tuples.Tuple`
 is to a tuple bolt: data (a ``pyarrow.RecordBatch`` whose columns are the stream's
 declared fields), where it came from, and the tuple trees it belongs to.  A batch is one
 edge of a tuple tree: acking it acks every row at once.
@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from spark_storm.codec.tuples import NO_ANCHORS, Anchor, FromSource, TupleSource
 from spark_storm.errors import WireFormatError
-from spark_storm.worker.tuples import NO_ANCHORS, Anchor, FromSource, TupleSource
 
 __all__ = ["ColumnarBatch", "as_record_batch", "batch_from_rows", "rows_of", "select_fields"]
 
@@ -64,11 +64,46 @@ class ColumnarBatch(FromSource):
 
 
 def rows_of(data: pa.RecordBatch) -> list[list[Any]]:
-    """Return the rows of a record batch as lists of Python values (column by column, then zipped)."""
-    columns = [c.to_pylist() for c in data.columns]
+    """Return the rows of a record batch as lists of Python values (column by column, then zipped).
+
+    Values are what pyspark gives for each type (``datetime``, ``date``, ``Decimal``,
+    ``bytes``, lists, dicts for structs), and maps become dicts as in pyspark (pyarrow
+    alone gives lists of pairs); a map whose keys are not hashable stays a list of pairs.
+    """
+    columns = [_pylist(c) for c in data.columns]
     if not columns:
         return [[] for _ in range(data.num_rows)]
     return list(map(list, zip(*columns, strict=True)))
+
+
+def _pylist(column: pa.Array) -> list[Any]:
+    values: list[Any] = column.to_pylist()
+    if not _has_map(column.type):
+        return values
+    return [_maps_as_dicts(v, column.type) for v in values]
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+
+
+def _maps_as_dicts(value: Any, t: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        pairs = [(_maps_as_dicts(k, t.key_type), _maps_as_dicts(v, t.item_type)) for k, v in value]
+        try:
+            return dict(pairs)
+        except TypeError:  # unhashable keys (structs, lists): keep the pairs
+            return pairs
+    if pa.types.is_struct(t):
+        return {t.field(i).name: _maps_as_dicts(value[t.field(i).name], t.field(i).type) for i in range(t.num_fields)}
+    if t.num_fields == 1:  # list, large list, fixed-size list
+        item = t.field(0).type
+        return [_maps_as_dicts(v, item) for v in value]
+    return value
 
 
 def batch_from_rows(rows: Sequence[Sequence[Any]], fields: Sequence[str]) -> pa.RecordBatch:

@@ -1,6 +1,7 @@
 """Tuple payloads on the wire (documented in docs/protocol.md, "Tuple payloads").
 
-The messaging layer treats payloads as opaque; this module is the worker's codec:
+The messaging layer treats payloads as opaque; these are the byte layouts of the codec
+(:mod:`spark_storm.codec.encoder` and :mod:`~spark_storm.codec.decoder` decide which to use):
 
 * to a **source** task (from Spark or any client): the values of one tuple as an array
   (``topology.serializer``, msgpack by default), or an **Arrow IPC stream** (starts with
@@ -8,11 +9,17 @@ The messaging layer treats payloads as opaque; this module is the worker's codec
   columns matched to the source's fields by name — what the Spark writer sends;
 * between bolts, tuples: ``[source_task, stream, [values, ...], anchors]`` — every tuple a
   task emitted to one destination task in one executor batch, in emit order; ``anchors``
-  is nil (untracked) or one list of ``[acker slot, root, edge]`` triples per tuple.  The
+  is nil (untracked) or one list of ``[worker id, root, edge]`` triples per tuple (the
+  worker id names the worker whose acker holds the root).  The
   single-tuple form ``[source_task, stream, values]`` is accepted too (clients, broadcast);
 * between bolts, columnar batches: an Arrow IPC stream whose schema metadata
-  ``storm`` holds ``[source_task, stream, anchors]`` (msgpack; anchors nil or one list of
-  triples for the whole batch, which is one edge of its tuple trees).
+  ``storm`` holds ``[source_task, stream, anchors, generation]`` (msgpack; anchors nil or
+  one list of triples for the whole batch, which is one edge of its tuple trees);
+* between bolts, a checkpoint barrier: ``[source_task, "$checkpoint", [epoch, generation]]``.
+
+Bolt payloads carry the sender's *generation* (the tuple batch form as a fifth element):
+after a rollback, whatever the old generation still had in flight is dropped on arrival
+(docs/state.md).  A payload without one is generation 0.
 """
 
 from __future__ import annotations
@@ -22,15 +29,16 @@ from typing import Any, Final
 import msgpack
 import pyarrow as pa
 
+from spark_storm.codec.serializer import Serializer
+from spark_storm.codec.tuples import CHECKPOINT_STREAM, Anchor
 from spark_storm.errors import WireFormatError
-from spark_storm.worker.serializer import Serializer
-from spark_storm.worker.tuples import Anchor
 
 __all__ = [
     "ARROW_STREAM_MAGIC",
     "STORM_METADATA_KEY",
     "BoltPayload",
     "arrow_payload",
+    "barrier_payload",
     "columnar_metadata",
     "pack_tuples",
     "read_arrow",
@@ -40,8 +48,8 @@ __all__ = [
 ARROW_STREAM_MAGIC: Final = b"\xff\xff\xff\xff"
 STORM_METADATA_KEY: Final = b"storm"
 
-#: (source task, stream, rows of values, anchors per row or None)
-BoltPayload = tuple[int, str, list[list[Any]], list[list[Anchor]] | None]
+#: (source task, stream, rows of values, anchors per row or None, generation)
+BoltPayload = tuple[int, str, list[list[Any]], list[list[Anchor]] | None, int]
 
 
 def pack_tuples(
@@ -50,8 +58,11 @@ def pack_tuples(
     stream: str,
     rows: list[list[Any]],
     anchors: list[list[Anchor]] | None,
+    generation: int = 0,
 ) -> bytes:
     """Encode the tuples one task emitted to one destination (in order)."""
+    if generation:
+        return serializer.dumps([source_task, stream, rows, anchors, generation])
     return serializer.dumps([source_task, stream, rows, anchors])
 
 
@@ -64,8 +75,11 @@ def unpack_bolt(serializer: Serializer, payload: bytes) -> BoltPayload:
         Not one of the two forms, or the parts have the wrong types.
     """
     decoded = serializer.loads(payload)
-    if not isinstance(decoded, list) or len(decoded) not in (3, 4):
-        msg = "a bolt tuple payload must be [source_task, stream, values] or [source_task, stream, rows, anchors]"
+    if not isinstance(decoded, list) or len(decoded) not in (3, 4, 5):
+        msg = (
+            "a bolt tuple payload must be [source_task, stream, values] or "
+            "[source_task, stream, rows, anchors(, generation)]"
+        )
         raise WireFormatError(msg)
     src, stream = decoded[0], decoded[1]
     if type(src) is not int or type(stream) is not str:
@@ -76,8 +90,12 @@ def unpack_bolt(serializer: Serializer, payload: bytes) -> BoltPayload:
         if type(values) is not list:
             msg = f"tuple values must be an array, got {type(values).__name__}"
             raise WireFormatError(msg)
-        return src, stream, [values], None
+        return src, stream, [values], None, 0
     rows, anchors = decoded[2], decoded[3]
+    generation = decoded[4] if len(decoded) == 5 else 0
+    if type(generation) is not int or generation < 0:
+        msg = f"a bolt tuple payload's generation must be a non-negative int, got {generation!r}"
+        raise WireFormatError(msg)
     if type(rows) is not list or not set(map(type, rows)) <= {list}:
         msg = "the rows of a bolt tuple payload must be an array of arrays"
         raise WireFormatError(msg)
@@ -90,7 +108,12 @@ def unpack_bolt(serializer: Serializer, payload: bytes) -> BoltPayload:
         except (TypeError, ValueError) as exc:
             msg = f"bad anchors in a bolt tuple payload: {exc}"
             raise WireFormatError(msg) from exc
-    return src, stream, rows, anchors
+    return src, stream, rows, anchors, generation
+
+
+def barrier_payload(serializer: Serializer, source_task: int, epoch: int, generation: int) -> bytes:
+    """Encode checkpoint barrier ``epoch`` from ``source_task`` (the single-tuple form on ``$checkpoint``)."""
+    return serializer.dumps([source_task, CHECKPOINT_STREAM, [epoch, generation]])
 
 
 def arrow_payload(data: pa.RecordBatch, metadata: bytes | None = None) -> bytes:
@@ -106,12 +129,15 @@ def arrow_payload(data: pa.RecordBatch, metadata: bytes | None = None) -> bytes:
 _END_OF_STREAM: Final = ARROW_STREAM_MAGIC + b"\x00\x00\x00\x00"
 
 
-def columnar_metadata(source_task: int, stream: str, anchors: list[Anchor] | None) -> bytes:
+def columnar_metadata(source_task: int, stream: str, anchors: list[Anchor] | None, generation: int = 0) -> bytes:
     """Encode the ``storm`` metadata of a bolt-to-bolt Arrow payload."""
-    return bytes(msgpack.packb([source_task, stream, [list(a) for a in anchors] if anchors else None]))
+    packed = [list(a) for a in anchors] if anchors else None
+    return bytes(
+        msgpack.packb([source_task, stream, packed, generation] if generation else [source_task, stream, packed])
+    )
 
 
-def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anchor] | None] | None]:
+def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anchor] | None, int] | None]:
     """Decode an Arrow IPC payload: its rows as one record batch, and its ``storm`` origin.
 
     The batch is validated in full (offsets, UTF-8): the bytes came off a socket.
@@ -140,8 +166,15 @@ def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anc
     if raw is None:
         return data, None
     try:
-        src, stream, anchors = msgpack.unpackb(raw)
-        origin = (int(src), str(stream), [(int(s), int(r), int(e)) for s, r, e in anchors] if anchors else None)
+        parts = msgpack.unpackb(raw)
+        src, stream, anchors = parts[:3]
+        generation = int(parts[3]) if len(parts) > 3 else 0
+        origin = (
+            int(src),
+            str(stream),
+            [(int(s), int(r), int(e)) for s, r, e in anchors] if anchors else None,
+            generation,
+        )
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         msg = f"bad storm metadata in an Arrow payload: {exc}"
         raise WireFormatError(msg) from exc

@@ -1,0 +1,169 @@
+"""The ``spark-storm`` parser and :func:`main`: flags here, each command's code in its module."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from spark_storm import __version__
+from spark_storm.cli import admin, daemons, demos, servers
+from spark_storm.errors import StormError
+from spark_storm.extras import missing_extra
+from spark_storm.transport import TRANSPORT_ALIASES
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the ``spark-storm`` parser: every command, its flags, and the function that runs it."""
+    parser = argparse.ArgumentParser(prog="spark-storm", description="Storm-style workers fed by Spark")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sdemo = sub.add_parser("demo", help="local Spark -> format('storm') -> 2-worker wordcount, live progress")
+    sdemo.add_argument("--seconds", type=float, default=30.0, help="how long to stream (Ctrl-C stops early)")
+    sdemo.add_argument(
+        "--rows-per-second", type=int, default=None, help="sentences per second (default 2000; 40000 with --arrow)"
+    )
+    sdemo.add_argument("--workers", type=int, default=2)
+    sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
+    sdemo.add_argument("--verbose", action="store_true", help="also Spark's progress bar and its INFO/WARN log")
+    sdemo.set_defaults(func=demos.spark_demo)
+    demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
+    demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))
+    demo.add_argument("--messages", type=int, default=2_000_000)
+    demo.add_argument("--seconds", type=float, default=20.0)
+    demo.add_argument("--size", type=int, default=100, help="payload bytes per message")
+    demo.add_argument("--batch", type=int, default=1000, help="messages per send()")
+    demo.add_argument("--conf", help="a storm.yaml with overrides")
+    demo.set_defaults(func=demos.transport_demo)
+    worker = sub.add_parser(
+        "worker",
+        help="run one worker process of a topology",
+        description="Static mode: --topology FILE [--workers SLOTS]. Cluster mode (what a supervisor launches): "
+        "--zookeeper ZK --topology-id NAME; the plan and status come from ZooKeeper and are followed.",
+    )
+    worker.add_argument("--topology", help="topology YAML (static mode)")
+    worker.add_argument("--port", type=int, required=True)
+    worker.add_argument("--host", default="127.0.0.1", help="this worker's host as the slot list / assignment names it")
+    worker.add_argument("--workers", help="static mode: all slots host:port,... (default: the topology's 'workers')")
+    worker.add_argument("--zookeeper", help="cluster mode: HOST:PORT[,HOST:PORT][/chroot] of the cluster's state")
+    worker.add_argument("--topology-id", help="cluster mode: the submitted topology's name")
+    worker.add_argument("--conf", help="a storm.yaml with overrides")
+    worker.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    worker.set_defaults(func=daemons.worker)
+    cluster = sub.add_parser("local-cluster", help="run N workers on loopback until Ctrl-C")
+    cluster.add_argument("--topology", required=True, help="topology YAML")
+    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--conf", help="a storm.yaml with overrides")
+    cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    cluster.add_argument(
+        "--ui-port", type=int, metavar="PORT", help="also serve the UI in this process on PORT (0 = any free port)"
+    )
+    cluster.set_defaults(func=daemons.local_cluster)
+    ui = sub.add_parser(
+        "ui",
+        help="the Storm UI and REST API (/api/v1/) for a cluster (--zookeeper) or a local cluster's workers",
+    )
+    ui.add_argument(
+        "--zookeeper", help="cluster mode: HOST:PORT[,HOST:PORT][/chroot] of the cluster's state (as nimbus's)"
+    )
+    ui.add_argument(
+        "--heartbeat-dir",
+        help="the workers' heartbeat dir (local-cluster prints it; default: worker.heartbeat.dir or the temp dir)",
+    )
+    ui.add_argument("--host", help="bind host (default ui.host: 127.0.0.1)")
+    ui.add_argument("--port", type=int, help="port (default ui.port: 8080; 0 = any free port)")
+    ui.add_argument("--conf", help="a storm.yaml with overrides")
+    ui.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    ui.set_defaults(func=servers.ui)
+    topology = sub.add_parser("topology", help="topology tools")
+    tsub = topology.add_subparsers(dest="topology_command", required=True)
+    tplan = tsub.add_parser("plan", help="print tasks, executors and the worker each runs on")
+    tplan.add_argument("file", help="topology YAML")
+    tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
+    tplan.set_defaults(func=admin.plan)
+    kafka = sub.add_parser("kafka", help="a local KRaft Kafka broker for tests and demos")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--dir", default=".run/kafka", help="state directory (config, data, pid, log)")
+    kafka.set_defaults(func=servers.kafka)
+    zookeeper = sub.add_parser("zookeeper", help="a local ZooKeeper server for cluster mode")
+    zookeeper.add_argument("action", choices=["start", "stop", "status"])
+    zookeeper.add_argument("--dir", default=".run/zookeeper", help="state directory (config, data, pid, log)")
+    zookeeper.add_argument("--port", type=int, help="client port (default: a free one)")
+    zookeeper.add_argument("--host", default="127.0.0.1", help="address the client port binds (default loopback)")
+    zookeeper.set_defaults(func=servers.zookeeper)
+    standalone = sub.add_parser("spark-standalone", help="a local Spark standalone master + worker")
+    standalone.add_argument("action", choices=["start", "stop", "status"])
+    standalone.add_argument("--dir", default=".run/spark-standalone", help="state directory (pids, logs, work)")
+    standalone.add_argument("--cores", type=int, default=2, help="cores the worker offers")
+    standalone.add_argument("--memory", default="2g", help="memory the worker offers")
+    standalone.set_defaults(func=servers.spark_standalone)
+
+    def cluster_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--zookeeper", help="HOST:PORT[,HOST:PORT][/chroot] (default: storm.zookeeper.* keys)")
+        p.add_argument("--conf", help="a storm.yaml with overrides")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+
+    nimbus = sub.add_parser("nimbus", help="run a nimbus (leader-elected) until SIGTERM/Ctrl-C")
+    cluster_args(nimbus)
+    nimbus.add_argument(
+        "--ui-port", type=int, metavar="PORT", help="also serve the Storm UI on PORT (ui.host; 0 = any free port)"
+    )
+    nimbus.set_defaults(func=daemons.nimbus)
+    supervisor = sub.add_parser("supervisor", help="run a supervisor for this host's slots until SIGTERM/Ctrl-C")
+    cluster_args(supervisor)
+    supervisor.add_argument("--host", default="127.0.0.1", help="this host's name as other workers reach it")
+    supervisor.add_argument("--slots", help="worker ports, e.g. 6700,6701 (default: supervisor.slots.ports)")
+    supervisor.add_argument("--id", help="supervisor id in ZooKeeper (default: HOST-random)")
+    supervisor.add_argument("--local-dir", help="topology files, worker logs (default: storm.local.dir or a temp dir)")
+    supervisor.set_defaults(func=daemons.supervisor)
+    submit = sub.add_parser("submit", help="submit a topology YAML to the cluster")
+    cluster_args(submit)
+    submit.add_argument("file", help="topology YAML")
+    submit.add_argument("--workers", type=int, help="worker processes (default: topology.workers)")
+    submit.add_argument("--no-class-check", action="store_true", help="do not import the bolt classes here first")
+    submit.set_defaults(func=admin.cluster_command)
+    for name, text in (("activate", "let its executors consume"), ("deactivate", "pause its executors")):
+        p = sub.add_parser(name, help=f"{text} (a submitted topology)")
+        cluster_args(p)
+        p.add_argument("name", help="topology name")
+        p.set_defaults(func=admin.cluster_command)
+    rebalance = sub.add_parser("rebalance", help="change a submitted topology's number of workers")
+    cluster_args(rebalance)
+    rebalance.add_argument("name", help="topology name")
+    rebalance.add_argument("--workers", type=int, required=True, help="new number of worker processes")
+    rebalance.set_defaults(func=admin.cluster_command)
+    kill = sub.add_parser("kill", help="deactivate a topology, then remove it and stop its workers")
+    cluster_args(kill)
+    kill.add_argument("name", help="topology name")
+    kill.add_argument(
+        "--wait", type=float, help="seconds between deactivation and removal (topology.message.timeout.secs)"
+    )
+    kill.set_defaults(func=admin.cluster_command)
+    listing = sub.add_parser("list", help="submitted topologies: name, status, workers, uptime")
+    cluster_args(listing)
+    listing.set_defaults(func=admin.cluster_command)
+    config = sub.add_parser("config", help="print the effective configuration")
+    config.add_argument("--conf", help="a storm.yaml with overrides")
+    config.set_defaults(func=admin.config)
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=lambda a: print(__version__) or 0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except StormError as exc:
+        print(f"spark-storm: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional part used without its extra: one line naming it
+        error = missing_extra(exc, f"spark-storm {args.command}")
+        if error is None:
+            raise
+        print(f"spark-storm: {error}", file=sys.stderr)
+        return 2

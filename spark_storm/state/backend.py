@@ -1,0 +1,298 @@
+"""What a state backend stores: each stateful task's changelog, each source task's input log.
+
+A backend (``topology.state.provider``) hands out, per task:
+
+* a :class:`TaskStore` — the task's state as a changelog of epochs: ``write(E, changes)``
+  at barrier ``E`` (durable when it returns), ``commit(E)`` once every task wrote ``E``,
+  ``restore(C)`` to rebuild the state at any epoch since the last snapshot, and
+  ``discard_after(C)`` on a rollback;
+* an :class:`InputLog` — what a worker accepted for a source task, in segments closed by
+  barriers: ``append`` before the worker acks, ``close(E)`` at barrier ``E`` (durable),
+  ``entries(after=C)`` for a replay, ``truncate(E)`` once ``E`` is committed, and the
+  group keys it holds, so a group that comes again is known as a replay.
+
+Entries are encoded here, once for every backend, with the codec's msgpack (never pickle)
+behind a CRC-32, so a corrupt or truncated entry is an error naming the task and where,
+never silently empty state.
+"""
+
+from __future__ import annotations
+
+import abc
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from spark_storm.codec.serializer import pack_value, unpack_value
+from spark_storm.errors import StateCorruptError, WireFormatError
+from spark_storm.state.kv import DELETED, freeze, thaw
+
+__all__ = [
+    "ENTRY_MAGIC",
+    "NO_EPOCH",
+    "Entry",
+    "GroupKey",
+    "InputLog",
+    "LogRecord",
+    "StateBackend",
+    "TaskStore",
+    "decode_entry",
+    "decode_record",
+    "encode_entry",
+    "encode_record",
+]
+
+#: The epoch before the first one: nothing committed yet.
+NO_EPOCH: Final = 0
+ENTRY_MAGIC: Final = b"SST1"
+_CRC_BYTES: Final = 4
+
+#: (query id, batch id, partition, sequence) of a delivery group.
+GroupKey = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One epoch of a task's changelog: the changed keys (``full``: the whole state)."""
+
+    epoch: int
+    full: bool
+    puts: dict[Any, Any]
+    deletes: list[Any]
+
+    @property
+    def size(self) -> int:
+        """Number of keys it holds (puts and deletes)."""
+        return len(self.puts) + len(self.deletes)
+
+
+def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any]) -> bytes:
+    """Encode one changelog entry: magic, CRC-32 of the body, body (msgpack)."""
+    keys, values, deletes = [], [], []
+    for key, value in changes.items():
+        if value is DELETED:
+            deletes.append(thaw(key))
+        else:
+            keys.append(thaw(key))
+            values.append(value)
+    body = pack_value([epoch, full, keys, values, deletes])
+    return ENTRY_MAGIC + zlib.crc32(body).to_bytes(_CRC_BYTES, "big") + body
+
+
+def decode_entry(data: bytes, where: str) -> Entry:
+    """Decode what :func:`encode_entry` made; StateCorruptError naming ``where`` otherwise."""
+    head = len(ENTRY_MAGIC) + _CRC_BYTES
+    if len(data) < head or data[: len(ENTRY_MAGIC)] != ENTRY_MAGIC:
+        msg = f"{where}: not a state entry ({len(data)} bytes, bad magic); it is corrupt or truncated"
+        raise StateCorruptError(msg)
+    body = data[head:]
+    if zlib.crc32(body) != int.from_bytes(data[len(ENTRY_MAGIC) : head], "big"):
+        msg = f"{where}: checksum mismatch over {len(body)} bytes; the entry is corrupt or truncated"
+        raise StateCorruptError(msg)
+    try:
+        epoch, full, keys, values, deletes = unpack_value(body)
+        puts = dict(zip((freeze(k) for k in keys), values, strict=True))
+        return Entry(int(epoch), bool(full), puts, [freeze(k) for k in deletes])
+    except (WireFormatError, ValueError, TypeError) as exc:
+        msg = f"{where}: unreadable state entry: {exc}"
+        raise StateCorruptError(msg) from exc
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """What a worker accepted for a source task: a delivery group (its key) or plain messages."""
+
+    key: GroupKey | None
+    payloads: list[bytes] = field(default_factory=list)
+
+
+def encode_record(record: LogRecord) -> bytes:
+    """Encode one input-log record: u32 length, u32 CRC-32, body (msgpack)."""
+    body = pack_value([list(record.key) if record.key is not None else None, record.payloads])
+    return len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def decode_record(data: bytes, pos: int, where: str) -> tuple[LogRecord | None, int]:
+    """Decode the record at ``pos``; (None, pos) at a truncated tail; StateCorruptError on a bad record."""
+    if pos + 8 > len(data):
+        return None, pos
+    length = int.from_bytes(data[pos : pos + 4], "big")
+    if pos + 8 + length > len(data):
+        return None, pos
+    body = data[pos + 8 : pos + 8 + length]
+    if zlib.crc32(body) != int.from_bytes(data[pos + 4 : pos + 8], "big"):
+        msg = f"{where}: input-log record at byte {pos} fails its checksum; the log is corrupt"
+        raise StateCorruptError(msg)
+    try:
+        key, payloads = unpack_value(body)
+        group = (str(key[0]), int(key[1]), int(key[2]), int(key[3])) if key is not None else None
+        return LogRecord(group, [bytes(p) for p in payloads]), pos + 8 + length
+    except (WireFormatError, ValueError, TypeError, IndexError) as exc:
+        msg = f"{where}: unreadable input-log record at byte {pos}: {exc}"
+        raise StateCorruptError(msg) from exc
+
+
+class TaskStore(abc.ABC):
+    """One stateful task's changelog (written by one executor thread at a time)."""
+
+    def __init__(self, task: int) -> None:
+        self.task = task
+
+    @abc.abstractmethod
+    def committed(self) -> int:
+        """Return the last epoch marked committed for this task (:data:`NO_EPOCH` when none)."""
+
+    @abc.abstractmethod
+    def epochs(self) -> list[int]:
+        """Epochs with an entry, ascending (committed or only written)."""
+
+    @abc.abstractmethod
+    def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
+        """Store epoch ``epoch``'s entry durably; return its size in bytes."""
+
+    @abc.abstractmethod
+    def read(self, epoch: int) -> Entry:
+        """Read one entry (StateCorruptError naming the task and where, if it is bad)."""
+
+    @abc.abstractmethod
+    def mark_committed(self, epoch: int) -> None:
+        """Durably record ``epoch`` as committed."""
+
+    @abc.abstractmethod
+    def delete(self, epochs: list[int]) -> None:
+        """Remove these entries."""
+
+    # --- shared logic ------------------------------------------------------------------------
+    def restore(self, target: int | None = None) -> tuple[int, dict[Any, Any]]:
+        """Return (epoch, state) at ``target`` (default: the committed epoch), from the last snapshot on.
+
+        Every barrier writes an entry for every stateful task, so the entries from the last
+        full snapshot (or epoch 1) up to ``target`` must all be there.
+
+        Raises
+        ------
+        StateCorruptError
+            An entry is unreadable, or entries the target needs are missing.
+        """
+        if target is None:
+            target = self.committed()
+        epochs = [e for e in self.epochs() if e <= target]
+        entries: list[Entry] = []
+        for epoch in reversed(epochs):  # newest first, back to the last full snapshot
+            entry = self.read(epoch)
+            entries.append(entry)
+            if entry.full:
+                break
+        entries.reverse()
+        first = entries[0].epoch if entries and entries[0].full else 1
+        missing = sorted(set(range(first, target + 1)) - {e.epoch for e in entries})
+        if missing:
+            shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
+            msg = (
+                f"task {self.task}: cannot restore epoch {target}: the entries of epoch(s) {shown} are missing "
+                f"({self.describe()}); the state was moved, deleted or lives elsewhere (a task that moves between "
+                "hosts needs topology.state.provider: redis)"
+            )
+            raise StateCorruptError(msg)
+        data: dict[Any, Any] = {}
+        for entry in entries:
+            if entry.full:
+                data = dict(entry.puts)
+                continue
+            data.update(entry.puts)
+            for key in entry.deletes:
+                data.pop(key, None)
+        return target, data
+
+    def discard_after(self, epoch: int) -> None:
+        """Drop entries after ``epoch`` (a rollback to it)."""
+        self.delete([e for e in self.epochs() if e > epoch])
+
+    def commit(self, epoch: int) -> None:
+        """Mark ``epoch`` committed and drop what the last snapshot at or before it covers."""
+        self.mark_committed(epoch)
+        epochs = [e for e in self.epochs() if e <= epoch]
+        for candidate in reversed(epochs):
+            if self.read(candidate).full:
+                self.delete([e for e in epochs if e < candidate])
+                break
+
+    def describe(self) -> str:
+        """Where this task's entries live, for messages."""
+        return f"task {self.task}"
+
+
+class InputLog(abc.ABC):
+    """One source task's input log: records in segments, each segment tagged with its epoch.
+
+    The open segment belongs to the epoch after the last barrier.  Written by the
+    receive path (one writer at a time per task), closed by the checkpoint thread.
+    """
+
+    def __init__(self, task: int) -> None:
+        self.task = task
+
+    @abc.abstractmethod
+    def append(self, record: LogRecord, epoch: int) -> None:
+        """Append a record to the open segment of ``epoch`` (written before the worker acks)."""
+
+    @abc.abstractmethod
+    def close(self, epoch: int) -> None:
+        """Barrier ``epoch``: make its segments durable; later appends go to ``epoch + 1``."""
+
+    @abc.abstractmethod
+    def entries(self, after: int) -> Iterator[LogRecord]:
+        """Yield the records of epochs after ``after``, in the order they were appended."""
+
+    @abc.abstractmethod
+    def retag(self, after: int, epoch: int) -> None:
+        """Move every segment of an epoch after ``after`` to ``epoch`` (a rollback folds them into one)."""
+
+    @abc.abstractmethod
+    def truncate(self, epoch: int) -> None:
+        """Drop the segments of epochs up to ``epoch`` (committed)."""
+
+    @abc.abstractmethod
+    def keys(self) -> set[GroupKey]:
+        """Group keys of every record still in the log."""
+
+    @abc.abstractmethod
+    def has(self, key: GroupKey) -> bool:
+        """Whether a group of that key is in the log."""
+
+    @abc.abstractmethod
+    def last_barrier(self) -> int:
+        """Return the last epoch whose barrier closed a segment here (durable; NO_EPOCH: none)."""
+
+    @abc.abstractmethod
+    def committed_batches(self) -> dict[str, int]:
+        """Per query id, the last batch id whose rows are in committed state."""
+
+    @abc.abstractmethod
+    def set_committed_batches(self, batches: Mapping[str, int]) -> None:
+        """Durably record the committed batch of each query (merged: ids only grow)."""
+
+
+class StateBackend(abc.ABC):
+    """A provider of task stores and input logs for one topology in one worker process."""
+
+    #: ``topology.state.provider`` alias.
+    name: str = ""
+    #: Whether a task's state survives its process (and can be read by another process).
+    durable: bool = True
+
+    @abc.abstractmethod
+    def task_store(self, task: int) -> TaskStore:
+        """Return the changelog of stateful task ``task`` (made on first use)."""
+
+    @abc.abstractmethod
+    def input_log(self, task: int, writer: str) -> InputLog:
+        """Return the input log of source task ``task``, appended to by ``writer`` (this worker)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release files or connections."""
+
+    def describe(self) -> str:
+        """Where the state lives, for messages."""
+        return self.name

@@ -1,0 +1,289 @@
+"""The checkpoint protocol's messages, and its coordinator (docs/state.md).
+
+The coordinator — the Spark sink's driver-side ``commit(batchId)``, or a worker's timer
+for topologies fed by plain clients — talks to every worker with
+:meth:`~spark_storm.messaging.IClient.request`:
+
+==========  =================================================  ===============================
+op          asks                                               answer (msgpack map)
+==========  =================================================  ===============================
+STATUS      the worker's view                                  stateful, epoch, committed,
+                                                               generation, dirty, reasons,
+                                                               replaying, last_group_age_s
+PAUSE       stop, drop what is in flight, take generation g    ok
+RESUME      restore epoch C, replay the input logs after it    ok
+PREPARE     barrier E at every source task; answer once every  epoch, dirty, generation
+            local stateful task wrote E
+COMMIT      E is committed (with {query id: batch id})         ok
+==========  =================================================  ===============================
+
+Every request is idempotent (a round can be retried from the top), and a round is
+``STATUS`` -> (``PAUSE``, ``RESUME`` when a worker is dirty) -> ``PREPARE`` -> ``COMMIT``.
+It lives here, below ``worker/``, so the Spark driver runs it without the worker runtime.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from spark_storm.codec.serializer import pack_value, unpack_value
+from spark_storm.errors import CheckpointError, StormError, TransportError, WireFormatError
+from spark_storm.messaging.api import REQUEST_OK, REQUEST_UNHANDLED
+
+__all__ = [
+    "COMMIT",
+    "PAUSE",
+    "PREPARE",
+    "RESUME",
+    "STATUS",
+    "Coordinator",
+    "Endpoint",
+    "RoundResult",
+    "WorkerStatus",
+    "decode_body",
+    "encode_body",
+]
+
+logger = logging.getLogger(__name__)
+
+STATUS: Final = 1
+PAUSE: Final = 2
+RESUME: Final = 3
+PREPARE: Final = 4
+COMMIT: Final = 5
+OP_NAMES: Final = {STATUS: "STATUS", PAUSE: "PAUSE", RESUME: "RESUME", PREPARE: "PREPARE", COMMIT: "COMMIT"}
+
+
+def encode_body(body: Mapping[str, Any]) -> bytes:
+    """Encode a request or answer body."""
+    return pack_value(dict(body))
+
+
+def decode_body(data: bytes, what: str) -> dict[str, Any]:
+    """Decode a request or answer body (a msgpack map); CheckpointError naming ``what`` otherwise."""
+    try:
+        body = unpack_value(data) if data else {}
+    except WireFormatError as exc:
+        msg = f"{what}: unreadable body ({exc})"
+        raise CheckpointError(msg) from exc
+    if not isinstance(body, dict):
+        msg = f"{what}: the body is a {type(body).__name__}, not a map"
+        raise CheckpointError(msg)
+    return body
+
+
+class Endpoint(Protocol):
+    """One worker as the coordinator reaches it: an ``IClient`` does, and so does a worker for itself."""
+
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        """Send ``op`` with ``body``; return the worker's (status, body)."""
+        ...
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What a worker says in answer to STATUS."""
+
+    worker: str
+    stateful: bool
+    epoch: int
+    committed: int
+    generation: int
+    dirty: bool
+    reasons: list[str]
+    last_group_age_s: float | None
+
+    @classmethod
+    def of(cls, worker: str, body: Mapping[str, Any]) -> WorkerStatus:
+        """Read a STATUS answer."""
+        try:
+            age = body.get("last_group_age_s")
+            return cls(
+                worker=worker,
+                stateful=bool(body["stateful"]),
+                epoch=int(body["epoch"]),
+                committed=int(body["committed"]),
+                generation=int(body["generation"]),
+                dirty=bool(body["dirty"]),
+                reasons=[str(r) for r in body.get("reasons", [])],
+                last_group_age_s=None if age is None else float(age),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"worker {worker}: a STATUS answer lacks or mangles {exc}"
+            raise CheckpointError(msg) from exc
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one checkpoint round did."""
+
+    epoch: int
+    rolled_back_to: int | None
+    attempts: int
+    duration_s: float
+    stateful: bool
+
+
+class Coordinator:
+    """Runs checkpoint rounds over a set of workers (any thread; one round at a time).
+
+    Parameters
+    ----------
+    endpoints : callable
+        Returns the current workers by name (``host:port``) -> :class:`Endpoint`; asked
+        again for every attempt, so a restarted worker's new connection is used.
+    timeout_s : float
+        How long one PREPARE waits for every worker (``topology.state.commit.timeout.ms``).
+    retries : int
+        Rounds to try before giving up (``topology.state.commit.retries``).
+    request_timeout_s : float
+        How long a quick request (STATUS, PAUSE, RESUME, COMMIT) may take.
+    """
+
+    def __init__(
+        self,
+        endpoints: Callable[[], Mapping[str, Endpoint]],
+        timeout_s: float,
+        retries: int,
+        request_timeout_s: float = 10.0,
+    ) -> None:
+        self._endpoints = endpoints
+        self._timeout_s = timeout_s
+        self._retries = max(1, retries)
+        self._request_timeout_s = request_timeout_s
+        self._lock = threading.Lock()
+        self.rounds = 0
+        self.rollbacks = 0
+
+    # --- one request to every worker, in parallel ---------------------------------------------
+    def _all(self, op: int, body: Mapping[str, Any], timeout: float) -> dict[str, dict[str, Any]]:
+        endpoints = dict(self._endpoints())
+        if not endpoints:
+            msg = "no workers to checkpoint (the plan names none)"
+            raise CheckpointError(msg)
+        data = encode_body(body)
+        name = OP_NAMES.get(op, str(op))
+
+        def ask(item: tuple[str, Endpoint]) -> tuple[str, dict[str, Any]]:
+            worker, endpoint = item
+            status, answer = endpoint.request(op, data, timeout)
+            if status == REQUEST_UNHANDLED:
+                msg = f"worker {worker} does not answer {name} ({answer.decode(errors='replace')})"
+                raise CheckpointError(msg)
+            if status != REQUEST_OK:
+                msg = f"worker {worker} failed {name}: {answer.decode(errors='replace')}"
+                raise CheckpointError(msg)
+            return worker, decode_body(answer, f"worker {worker}'s answer to {name}")
+
+        # The first failure ends the round at once: a PREPARE elsewhere would wait for barriers
+        # a dead worker never sends (it ends on its own when the next round's PAUSE comes).
+        pool = ThreadPoolExecutor(max_workers=min(16, len(endpoints)), thread_name_prefix="checkpoint")
+        try:
+            futures = [pool.submit(ask, item) for item in endpoints.items()]
+            out: dict[str, dict[str, Any]] = {}
+            for future in as_completed(futures):
+                worker, answer = future.result()
+                out[worker] = answer
+            return out
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def status(self) -> dict[str, WorkerStatus]:
+        """STATUS from every worker."""
+        answers = self._all(STATUS, {}, self._request_timeout_s)
+        return {w: WorkerStatus.of(w, a) for w, a in answers.items()}
+
+    # --- a round -------------------------------------------------------------------------------
+    def checkpoint(self, batches: Mapping[str, int] | None = None, *, skip_if_stateless: bool = True) -> RoundResult:
+        """Make every stateful task's state durable at a new epoch, rolling back first if needed.
+
+        ``batches`` ({query id: batch id}) is recorded with the epoch: groups of those batches
+        (or older ones of those queries) are replays from then on.
+
+        A worker that cannot be reached (restarting, say) is waited for until ``timeout_s``;
+        a round that reached the workers and failed (a task could not write, the epoch was
+        spoiled by a failure while it was prepared) counts against ``retries``.
+
+        Raises
+        ------
+        CheckpointError
+            No round succeeded: ``retries`` rounds failed, or a worker stayed unreachable
+            for ``timeout_s`` (the reason of the last attempt).
+        """
+        with self._lock:
+            started = time.monotonic()
+            deadline = started + self._timeout_s
+            last_error: Exception | None = None
+            rolled: int | None = None
+            failed_rounds = 0
+            attempt = 0
+            while True:
+                attempt += 1
+                try:
+                    statuses = self.status()
+                    if skip_if_stateless and not any(s.stateful for s in statuses.values()):
+                        return RoundResult(0, None, attempt, time.monotonic() - started, False)
+                    committed = max(s.committed for s in statuses.values())
+                    generation = max(s.generation for s in statuses.values())
+                    dirty = [f"{s.worker}: {', '.join(s.reasons) or 'dirty'}" for s in statuses.values() if s.dirty]
+                    # A barrier that went out without its commit (an earlier attempt failed half-way)
+                    # left tasks past the committed epoch: they roll back too.
+                    dirty += [
+                        f"{s.worker}: epoch {s.epoch} prepared, not committed"
+                        for s in statuses.values()
+                        if s.epoch > committed and not s.dirty
+                    ]
+                    if dirty:
+                        rolled = committed
+                        self._rollback(committed, generation + 1, dirty)
+                        generation += 1
+                    epoch = committed + 1
+                    prepared = self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
+                    spoiled = [w for w, a in prepared.items() if a.get("dirty")]
+                    if spoiled:
+                        msg = f"epoch {epoch} was spoiled while it was prepared (dirty: {', '.join(sorted(spoiled))})"
+                        raise CheckpointError(msg)
+                    self._all(COMMIT, {"epoch": epoch, "batches": dict(batches or {})}, self._request_timeout_s)
+                    self.rounds += 1
+                    duration = time.monotonic() - started
+                    logger.info(
+                        "checkpoint: epoch %d committed in %.3fs (attempt %d%s)",
+                        epoch,
+                        duration,
+                        attempt,
+                        f", after a rollback to {rolled}" if rolled is not None else "",
+                    )
+                    return RoundResult(epoch, rolled, attempt, duration, True)
+                except (TransportError, OSError) as exc:  # a worker away (restarting): wait for it
+                    last_error = exc
+                    if time.monotonic() > deadline:
+                        msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
+                        raise CheckpointError(msg) from exc
+                    logger.info("checkpoint attempt %d: a worker is unreachable (%s); retrying", attempt, exc)
+                    time.sleep(min(1.0, 0.05 * attempt) * (1 + random.random()))
+                except StormError as exc:
+                    last_error = exc
+                    failed_rounds += 1
+                    logger.warning("checkpoint round failed (%d of %d allowed): %s", failed_rounds, self._retries, exc)
+                    if failed_rounds >= self._retries or time.monotonic() > deadline:
+                        msg = f"no checkpoint after {failed_rounds} failed rounds: {last_error}"
+                        raise CheckpointError(msg) from exc
+                    time.sleep(min(2.0, 0.1 * failed_rounds) * (1 + random.random()))
+
+    def _rollback(self, committed: int, generation: int, reasons: list[str]) -> None:
+        logger.warning(
+            "checkpoint: rolling every worker back to epoch %d (generation %d): %s",
+            committed,
+            generation,
+            "; ".join(reasons),
+        )
+        self.rollbacks += 1
+        self._all(PAUSE, {"generation": generation}, self._request_timeout_s)
+        self._all(RESUME, {"epoch": committed, "generation": generation}, self._request_timeout_s)

@@ -1,0 +1,718 @@
+"""The worker's side of exact state (docs/state.md): barriers, changelogs, input logs, rollbacks.
+
+Two classes, used only when the topology has a stateful component:
+
+* :class:`ExecutorCheckpoints` — one per executor, on its thread: aligns checkpoint
+  barriers per task (a channel that delivered barrier ``E`` is held back until every
+  upstream task did, as in Flink), then writes each stateful task's changes as epoch
+  ``E``, sends ``E`` on to every downstream task behind its data, and lets the held
+  items through;
+* :class:`CheckpointManager` — one per worker: the input logs of its source tasks, the
+  generation, and the answers to the coordinator's requests (STATUS, PAUSE, RESUME,
+  PREPARE, COMMIT; :mod:`spark_storm.state.protocol`).  Its ``gate`` orders what the
+  receive path accepts against barrier injections and rollbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from spark_storm.codec.columnar import ColumnarBatch
+from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
+from spark_storm.config import Config
+from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
+from spark_storm.reports import CheckpointMetrics, StateMetrics
+from spark_storm.state import (
+    NO_EPOCH,
+    InputLog,
+    KeyValueState,
+    LogRecord,
+    TaskStore,
+    make_backend,
+    provider_settings,
+    snapshot_min_keys,
+)
+from spark_storm.state.backend import GroupKey
+from spark_storm.state.protocol import (
+    COMMIT,
+    OP_NAMES,
+    PAUSE,
+    PREPARE,
+    RESUME,
+    STATUS,
+    Coordinator,
+    decode_body,
+    encode_body,
+)
+from spark_storm.topology.model import resolve_class
+from spark_storm.worker.queue import QueueItem
+from spark_storm.worker.stateful import is_stateful
+from spark_storm.worker.stats import LatencyHistogram
+
+if TYPE_CHECKING:
+    from spark_storm.worker.executor import Executor
+    from spark_storm.worker.state import WorkerState
+
+__all__ = ["CheckpointManager", "ExecutorCheckpoints", "IntervalCheckpoints", "topology_is_stateful"]
+
+logger = logging.getLogger(__name__)
+
+Reply = Callable[[int, bytes], None]
+
+
+def topology_is_stateful(bolt_classes: Mapping[str, object]) -> bool:
+    """Whether any component's bolt class keeps checkpointed state."""
+    return any(is_stateful(cls) for cls in bolt_classes.values())
+
+
+def _channel(payload: Any) -> int:
+    """Return the upstream task an executor-queue payload came from (-1: a client)."""
+    if type(payload) is list:
+        return int(payload[0].source.task) if payload else -2
+    if isinstance(payload, Barrier):
+        return payload.source_task
+    if isinstance(payload, ColumnarBatch):
+        return int(payload.source.task)
+    return -2
+
+
+class ExecutorCheckpoints:
+    """Barrier alignment and the checkpointed state of one executor's tasks (its thread only)."""
+
+    def __init__(self, executor: Executor, manager: CheckpointManager) -> None:
+        self._ex = executor
+        self._manager = manager
+        plan = manager.state.plan
+        component = executor.component
+        if component.source:
+            upstream = frozenset({-1})
+        else:
+            upstream = frozenset(t for inp in component.inputs for t in plan.component_tasks[inp.component])
+        tasks = list(executor.spec.tasks)
+        self.expected = {t: upstream for t in tasks}
+        topo = plan.topology
+        self.downstream = sorted(
+            {
+                t
+                for stream in component.outputs
+                for consumer, _inp in topo.consumers(component.id, stream)
+                for t in plan.component_tasks[consumer.id]
+            }
+        )
+        self.aligning: dict[int, tuple[int, set[int]]] = {}
+        self.done = dict.fromkeys(tasks, NO_EPOCH)
+        self.buffered: dict[int, list[QueueItem]] = {}
+        self.stateful = is_stateful(type(next(iter(executor.bolts.values())))) if executor.bolts else False
+        self.states: dict[int, KeyValueState] = {}
+        self.stores: dict[int, TaskStore] = {}
+        self._keys_since_full: dict[int, int] = {}
+        self._snapshot_min = manager.snapshot_min_keys
+        self.committed_seen = manager.committed
+        self.durations = LatencyHistogram()
+        self.restores = 0
+        self.rollbacks = 0
+        self.last_bytes: dict[int, int] = {}
+
+    # --- start ----------------------------------------------------------------------------
+    def restore_all(self) -> None:
+        """Give every stateful task its last committed state (at prepare, on the executor thread)."""
+        if not self.stateful:
+            return
+        for task, bolt in self._ex.bolts.items():
+            store = self._manager.task_store(task)
+            epoch, data = store.restore()
+            state = KeyValueState(data)
+            self.states[task] = state
+            self.stores[task] = store
+            self._keys_since_full[task] = 0
+            self.done[task] = epoch
+            self.restores += 1
+            self._manager.note_restored(task, epoch, bool(data) or bool(store.epochs()))
+            bolt.init_state(state)
+
+    # --- the executor's batches -----------------------------------------------------------------
+    def process(self, items: list[QueueItem]) -> int:
+        """Run items through the bolts, handling barriers in order and holding aligned channels back."""
+        weight = 0
+        chunk: list[QueueItem] = []
+        aligning = self.aligning
+        for item in items:
+            task, payload = item
+            if type(payload) is Barrier:
+                if chunk:
+                    weight += self._ex._process(chunk)
+                    chunk = []
+                weight += self._on_barrier(task, payload)
+                continue
+            if aligning and task in aligning and _channel(payload) in aligning[task][1]:
+                self.buffered.setdefault(task, []).append(item)  # after its barrier: the next epoch
+                continue
+            chunk.append(item)
+        if chunk:
+            weight += self._ex._process(chunk)
+        return weight
+
+    def _on_barrier(self, task: int, barrier: Barrier) -> int:
+        manager = self._manager
+        if barrier.generation < manager.generation or task == BROADCAST_TASK:
+            return 0  # from before a rollback: void
+        if barrier.epoch <= self.done.get(task, NO_EPOCH):
+            return 0  # seen already (a coordinator retried its PREPARE)
+        epoch, seen = self.aligning.get(task, (barrier.epoch, set()))
+        if barrier.epoch != epoch:
+            manager.mark_dirty(f"task {task} got barrier {barrier.epoch} while aligning {epoch}")
+            epoch, seen = barrier.epoch, set()
+        seen.add(barrier.source_task)
+        if seen >= self.expected[task]:
+            self.aligning.pop(task, None)
+            return self._complete(task, epoch, barrier.generation)
+        self.aligning[task] = (epoch, seen)
+        return 0
+
+    def _complete(self, task: int, epoch: int, generation: int) -> int:
+        ex = self._ex
+        ex.emitter.flush()  # what the task emitted before the barrier leaves before it
+        if self.stateful:
+            started = time.perf_counter()
+            try:
+                self._write(task, epoch)
+            except Exception as exc:  # a bolt hook or the backend: report it, the round fails and retries
+                logger.exception("task %d: writing epoch %d failed", task, epoch)
+                self._manager.task_failed(task, epoch, f"{type(exc).__name__}: {exc}")
+            else:
+                self.durations.record(time.perf_counter() - started)
+                self._manager.task_prepared(task, epoch)
+        ex.emitter.send_barrier(task, epoch, generation, self.downstream)
+        self.done[task] = epoch
+        released = self.buffered.pop(task, None)
+        return self.process(released) if released else 0
+
+    def _write(self, task: int, epoch: int) -> None:
+        self._ex.bolts[task].pre_prepare(epoch)
+        state = self.states[task]
+        since = self._keys_since_full[task] + state.changed
+        if since > max(self._snapshot_min, len(state)):
+            written = self.stores[task].write(epoch, True, state.snapshot())
+            self._keys_since_full[task] = 0
+        else:
+            changes = state.take_changes()
+            written = self.stores[task].write(epoch, False, changes)
+            self._keys_since_full[task] = since
+        self.last_bytes[task] = written
+
+    def check_commits(self) -> None:
+        """Call ``pre_commit`` once a newer epoch is committed (executor thread, between batches)."""
+        committed = self._manager.committed
+        if committed > self.committed_seen:
+            self.committed_seen = committed
+            if self.stateful:
+                for task, bolt in self._ex.bolts.items():
+                    try:
+                        bolt.pre_commit(committed)
+                    except Exception as exc:  # a hook's error is the bolt's: report it, keep going
+                        self._ex.host.report_error(self._ex.component.id, task, f"pre_commit: {exc!r}")
+
+    # --- rollback (the manager's thread, with the executor quiesced) -------------------------
+    def reset(self) -> int:
+        """Forget alignment and held items; return their weight."""
+        dropped = sum(len(p) for items in self.buffered.values() for _t, p in items)
+        self.aligning.clear()
+        self.buffered.clear()
+        return dropped
+
+    def rollback(self, epoch: int) -> None:
+        """Put every stateful task back at ``epoch`` (its changelog's entries after it are dropped)."""
+        for task in self.done:
+            self.done[task] = min(self.done[task], epoch)
+        if not self.stateful:
+            return
+        for task, bolt in self._ex.bolts.items():
+            bolt.pre_rollback()
+            store = self.stores[task]
+            store.discard_after(epoch)
+            _, data = store.restore(epoch)
+            if store.committed() < epoch:
+                store.mark_committed(epoch)
+            self.states[task].restore(data)
+            self._keys_since_full[task] = 0
+            self.done[task] = epoch
+        self.rollbacks += 1
+
+    def metrics(self) -> StateMetrics:
+        """Per stateful component: keys and bytes of state, checkpoint durations, restores, rollbacks."""
+        p50, p99 = self.durations.percentile(50), self.durations.percentile(99)
+        return {
+            "stateful": self.stateful,
+            "keys": sum(len(s) for s in self.states.values()),
+            "last_checkpoint_bytes": sum(self.last_bytes.values()),
+            "checkpoint_p50_ms": None if p50 is None else round(p50 * 1000, 3),
+            "checkpoint_p99_ms": None if p99 is None else round(p99 * 1000, 3),
+            "checkpoints": self.durations.total,
+            "restores": self.restores,
+            "rollbacks": self.rollbacks,
+            "epoch": min(self.done.values(), default=NO_EPOCH),
+        }
+
+
+class CheckpointManager:
+    """A worker's input logs, generation and checkpoint requests (docs/state.md).
+
+    Parameters
+    ----------
+    state : WorkerState
+    conf : Config
+    """
+
+    def __init__(self, state: WorkerState, conf: Config) -> None:
+        self.state = state
+        self.gate = threading.RLock()
+        self._cond = threading.Condition()
+        _, settings = provider_settings(conf)
+        self.snapshot_min_keys = snapshot_min_keys(settings)
+        self.backend = make_backend(conf, state.plan.topology.name)
+        self._prepare_timeout_s = conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000
+        slot = state.slot
+        self._writer = f"{slot.host}_{slot.port}_{os.getpid()}"
+        self.generation = 0
+        self.epoch = NO_EPOCH
+        self.committed = NO_EPOCH
+        self.paused = False
+        self.replaying = False
+        self.dirty_reasons: list[str] = []
+        self._logs: dict[int, InputLog] = {}
+        self._stores: dict[int, TaskStore] = {}
+        self._prepared: dict[int, int] = {}
+        self._failed: dict[int, str] = {}
+        self._batches: dict[str, int] = {}
+        self._last_group: float | None = None
+        self._requests = threading.Lock()  # mutating requests run one at a time
+        self._was_active: set[Any] = set()
+        self.counters = {"rollbacks": 0, "replayed_records": 0, "committed_epochs": 0, "logged_groups": 0}
+        self.last_commit_at: float | None = None
+
+    # --- start ----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Before the worker accepts anything: open its source tasks' input logs and learn its epoch.
+
+        The epoch is where the last barrier left this worker's tasks (their changelogs and
+        their logs' barrier markers): input accepted from now on belongs to the epoch after it.
+        """
+        plan = self.state.plan
+        epoch = committed = NO_EPOCH
+        for task in sorted(self.state.local_tasks):
+            component = plan.topology.components[plan.task_component[task]]
+            if component.source:
+                epoch = max(epoch, self._open_log(task).last_barrier())
+        for spec in plan.executors_of(self.state.slot):
+            if is_stateful(resolve_class(plan.topology.components[spec.component].bolt, "bolt")):
+                for task in spec.tasks:
+                    store = self.task_store(task)
+                    committed = max(committed, store.committed())
+                    epoch = max([epoch, committed, *store.epochs()])
+        with self._cond:
+            self.epoch = max(self.epoch, epoch)
+            self.committed = max(self.committed, committed)
+
+    def _open_log(self, task: int) -> InputLog:
+        log = self._logs.get(task)
+        if log is None:
+            log = self._logs[task] = self.backend.input_log(task, self._writer)
+            for query, batch in log.committed_batches().items():
+                self._batches[query] = max(batch, self._batches.get(query, batch))
+            if log.keys() or any(True for _ in log.entries(NO_EPOCH)):
+                self.mark_dirty(f"source task {task} has input logged by an earlier run")
+        return log
+
+    def task_store(self, task: int) -> TaskStore:
+        """Return the changelog of local stateful task ``task`` (one object per task, kept)."""
+        store = self._stores.get(task)
+        if store is None:
+            store = self._stores[task] = self.backend.task_store(task)
+        return store
+
+    def note_restored(self, task: int, epoch: int, had_state: bool) -> None:
+        """Note that a stateful task restored ``epoch`` (at its executor's start)."""
+        with self._cond:
+            self.committed = max(self.committed, epoch)
+            self.epoch = max(self.epoch, epoch)
+            self._prepared[task] = epoch
+        if had_state:
+            self.mark_dirty(f"task {task} restored epoch {epoch} at start")
+
+    def executors_moved(self, added: list[str], removed: list[str]) -> None:
+        """Follow a refresh that moved executors in or out: their uncommitted effects went with the old ones."""
+        plan = self.state.plan
+        for task in sorted(self.state.local_tasks):
+            if plan.topology.components[plan.task_component[task]].source:
+                self._open_log(task)
+        for task in [t for t in self._logs if t not in self.state.local_tasks]:
+            self._logs.pop(task)
+        if added or removed:
+            self.mark_dirty(f"executors moved (+{', '.join(added) or '-'} / -{', '.join(removed) or '-'})")
+
+    def mark_dirty(self, reason: str) -> None:
+        """Note that uncommitted state here cannot be trusted: the next round rolls everyone back."""
+        with self._cond:
+            if reason not in self.dirty_reasons:
+                self.dirty_reasons.append(reason)
+                del self.dirty_reasons[:-8]
+                logger.warning("worker %s: state is dirty: %s", self.state.slot, reason)
+
+    # --- the receive path (under the gate) -------------------------------------------------------
+    def group_seen(self, key: GroupKey) -> bool:
+        """Whether a group is a replay: its batch is committed, or it is in an input log."""
+        query, batch = key[0], key[1]
+        if self._batches.get(query, -1) >= batch:
+            return True
+        return any(log.has(key) for log in self._logs.values())
+
+    def log(self, task: int, key: GroupKey | None, payloads: list[bytes]) -> None:
+        """Append what a source task accepted to its input log (before the worker acks it)."""
+        log = self._logs.get(task) or self._open_log(task)
+        log.append(LogRecord(key, list(payloads)), self.epoch + 1)
+        if key is not None:
+            self.counters["logged_groups"] += 1
+            self._last_group = time.monotonic()
+
+    # --- tasks report (executor threads) -------------------------------------------------------
+    def task_prepared(self, task: int, epoch: int) -> None:
+        with self._cond:
+            self._prepared[task] = max(epoch, self._prepared.get(task, NO_EPOCH))
+            self._failed.pop(task, None)
+            self._cond.notify_all()
+
+    def task_failed(self, task: int, epoch: int, error: str) -> None:
+        with self._cond:
+            self._failed[task] = f"task {task} could not write epoch {epoch}: {error}"
+            self._cond.notify_all()
+        self.mark_dirty(f"task {task} failed to write epoch {epoch}")
+
+    # --- requests --------------------------------------------------------------------------------
+    def handle(self, op: int, body: bytes, reply: Reply) -> None:
+        """Answer a coordinator's request (the receive thread calls this; slow work goes elsewhere)."""
+        name = OP_NAMES.get(op, str(op))
+        try:
+            args = decode_body(body, f"{name} request")
+            if op == STATUS:
+                reply(REQUEST_OK, encode_body(self.status()))
+                return
+            if op not in (PAUSE, RESUME, PREPARE, COMMIT):
+                reply(REQUEST_FAILED, f"unknown checkpoint request op {op}".encode())
+                return
+        except StateError as exc:
+            reply(REQUEST_FAILED, str(exc).encode())
+            return
+        threading.Thread(
+            target=self._run, args=(op, args, reply), name=f"spark-storm-checkpoint-{name}", daemon=True
+        ).start()
+
+    def _run(self, op: int, args: dict[str, Any], reply: Reply) -> None:
+        name = OP_NAMES[op]
+        try:
+            with self._requests:
+                if op == PAUSE:
+                    self._pause(int(args["generation"]))
+                    answer: dict[str, Any] = {"ok": True}
+                elif op == RESUME:
+                    self._resume(int(args["epoch"]), int(args["generation"]))
+                    answer = {"ok": True}
+                elif op == PREPARE:
+                    waiter = self._prepare(int(args["epoch"]), int(args["generation"]))
+                elif op == COMMIT:
+                    self._commit(
+                        int(args["epoch"]), {str(q): int(b) for q, b in dict(args.get("batches") or {}).items()}
+                    )
+                    answer = {"ok": True}
+            if op == PREPARE:
+                answer = waiter()
+            reply(REQUEST_OK, encode_body(answer))
+        except (StateError, ConfigError, KeyError, TypeError, ValueError) as exc:
+            logger.warning("worker %s: %s refused: %s", self.state.slot, name, exc)
+            reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
+        except Exception as exc:  # anything else is a bug here: answer it (the round retries) and log it whole
+            logger.exception("worker %s: %s failed", self.state.slot, name)
+            reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
+
+    def status(self) -> dict[str, Any]:
+        """Return what STATUS answers."""
+        with self._cond:
+            return {
+                "worker": str(self.state.slot),
+                "stateful": True,
+                "epoch": self.epoch,
+                "committed": self.committed,
+                "generation": self.generation,
+                "dirty": bool(self.dirty_reasons),
+                "reasons": list(self.dirty_reasons),
+                "replaying": self.replaying,
+                "last_group_age_s": None if self._last_group is None else time.monotonic() - self._last_group,
+            }
+
+    def _executors(self) -> list[Executor]:
+        return list(self.state.executors.values())
+
+    def _pause(self, generation: int) -> None:
+        if generation < self.generation:
+            msg = f"PAUSE of generation {generation}, but this worker is at {self.generation} already"
+            raise CheckpointError(msg)
+        if generation == self.generation and self.paused:
+            return  # a retried PAUSE
+        state = self.state
+        with self.gate:
+            self.generation = generation  # from now on, payloads of older generations are dropped on arrival
+            self.paused = True
+            self.replaying = False
+            executors = self._executors()
+            self._was_active = {e.spec for e in executors if e.active.is_set()}
+            for executor in executors:
+                executor.deactivate()
+            for executor in executors:
+                if not executor.quiesce(10.0):
+                    msg = f"executor {executor.spec} did not stop within 10s to roll back"
+                    raise CheckpointError(msg)
+            for executor in executors:
+                executor.drop_queued()
+            if not state.transfer.clear():
+                msg = "the transfer thread did not clear its queue within 5s to roll back"
+                raise CheckpointError(msg)
+            released = state.acker.release_all()
+        logger.warning(
+            "worker %s: paused for a rollback (generation %d); %d pending tuple trees released",
+            state.slot,
+            generation,
+            released,
+        )
+
+    def _resume(self, epoch: int, generation: int) -> None:
+        if generation != self.generation or not self.paused:
+            msg = f"RESUME of generation {generation}, but this worker is at {self.generation} (paused: {self.paused})"
+            raise CheckpointError(msg)
+        state = self.state
+        with self.gate:
+            for executor in self._executors():
+                if executor.checkpoints is not None:
+                    executor.checkpoints.rollback(epoch)
+            for log in self._logs.values():
+                log.truncate(epoch)
+                log.retag(epoch, epoch + 1)
+            with self._cond:
+                self.epoch = epoch
+                self.committed = max(self.committed, epoch)
+                self._prepared = dict.fromkeys(self._prepared, epoch)
+                self._failed.clear()
+                self.dirty_reasons = []
+            self.counters["rollbacks"] += 1
+            self.replaying = True
+            self.paused = False
+            for executor in self._executors():
+                if executor.spec in self._was_active:
+                    executor.activate()
+        threading.Thread(target=self._replay, args=(epoch, generation), name="spark-storm-replay", daemon=True).start()
+        logger.warning("worker %s: rolled back to epoch %d (generation %d); replaying", state.slot, epoch, generation)
+
+    def _replay(self, epoch: int, generation: int) -> None:
+        """Publish every logged record after ``epoch`` again, untracked, until caught up with the receive path."""
+        done: dict[int, int] = {}
+        try:
+            while True:
+                progressed = False
+                for task, log in list(self._logs.items()):
+                    records = list(log.entries(epoch))
+                    for record in records[done.get(task, 0) :]:
+                        if self.generation != generation:
+                            return  # another rollback took over
+                        self.state.receiver.replay(task, record.payloads)
+                        self.counters["replayed_records"] += 1
+                        progressed = True
+                    done[task] = len(records)
+                if progressed:
+                    continue
+                with self.gate:  # nothing new: what the receive path accepts from now on it publishes itself
+                    if all(sum(1 for _ in log.entries(epoch)) == done.get(t, 0) for t, log in self._logs.items()):
+                        self.replaying = False
+                        with self._cond:
+                            self._cond.notify_all()
+                        return
+        except Exception as exc:  # a corrupt log: the next round fails with it (and says so)
+            logger.exception("worker %s: replay after epoch %d failed", self.state.slot, epoch)
+            self.mark_dirty(f"replay failed: {exc}")
+            self.replaying = False
+
+    def _prepare(self, epoch: int, generation: int) -> Callable[[], dict[str, Any]]:
+        if generation != self.generation:
+            msg = f"PREPARE for generation {generation}, but this worker is at {self.generation}: roll back first"
+            raise CheckpointError(msg)
+        if self.paused:
+            msg = "PREPARE while paused for a rollback: RESUME first"
+            raise CheckpointError(msg)
+        deadline = time.monotonic() + self._prepare_timeout_s
+        with self._cond:
+            while self.replaying and self.generation == generation:
+                if not self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic()))) and time.monotonic() > deadline:
+                    msg = f"the replay after the rollback did not finish within {self._prepare_timeout_s:.0f}s"
+                    raise CheckpointError(msg)
+        state = self.state
+        with self.gate:
+            if epoch > self.epoch:
+                plan = state.plan
+                for task in sorted(state.local_tasks):
+                    if not plan.topology.components[plan.task_component[task]].source:
+                        continue
+                    self._open_log(task).close(epoch)
+                    queue = state.queue_of(task)
+                    if queue is not None:
+                        queue.publish([(task, Barrier(epoch, generation, -1))], [0])
+                with self._cond:
+                    self.epoch = epoch
+        stateful = [
+            t for e in self._executors() if e.checkpoints is not None and e.checkpoints.stateful for t in e.spec.tasks
+        ]
+
+        def wait() -> dict[str, Any]:
+            with self._cond:
+                while True:
+                    failed = [self._failed[t] for t in stateful if t in self._failed]
+                    if failed:
+                        raise CheckpointError("; ".join(failed))
+                    if self.generation != generation:
+                        msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
+                        raise CheckpointError(msg)
+                    if all(self._prepared.get(t, NO_EPOCH) >= epoch for t in stateful):
+                        return {"epoch": epoch, "dirty": bool(self.dirty_reasons), "generation": generation}
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        late = [t for t in stateful if self._prepared.get(t, NO_EPOCH) < epoch]
+                        msg = f"tasks {late} did not write epoch {epoch} within {self._prepare_timeout_s:.0f}s"
+                        raise CheckpointError(msg)
+                    self._cond.wait(min(remaining, 0.5))
+
+        return wait
+
+    def _commit(self, epoch: int, batches: dict[str, int]) -> None:
+        if epoch > self.epoch:
+            msg = f"COMMIT of epoch {epoch}, which this worker has not prepared (it is at {self.epoch})"
+            raise CheckpointError(msg)
+        if epoch <= self.committed and not batches:
+            return
+        for executor in self._executors():
+            cp = executor.checkpoints
+            if cp is not None and cp.stateful:
+                for store in cp.stores.values():
+                    store.commit(epoch)
+        with self.gate:
+            for log in self._logs.values():
+                if batches:
+                    log.set_committed_batches(batches)
+                log.truncate(epoch)
+            for query, batch in batches.items():
+                self._batches[query] = max(batch, self._batches.get(query, batch))
+        with self._cond:
+            self.committed = max(self.committed, epoch)
+        self.counters["committed_epochs"] += 1
+        self.last_commit_at = time.time()
+
+    def close(self) -> None:
+        """Close the backend (input-log segments made durable)."""
+        self.backend.close()
+
+    def metrics(self) -> CheckpointMetrics:
+        """Return the worker's checkpoint view, for /health and the UI."""
+        status = self.status()
+        counters = self.counters
+        return {
+            "worker": status["worker"],
+            "stateful": True,
+            "epoch": status["epoch"],
+            "committed": status["committed"],
+            "generation": status["generation"],
+            "dirty": status["dirty"],
+            "reasons": status["reasons"],
+            "replaying": status["replaying"],
+            "last_group_age_s": status["last_group_age_s"],
+            "rollbacks": counters["rollbacks"],
+            "replayed_records": counters["replayed_records"],
+            "committed_epochs": counters["committed_epochs"],
+            "logged_groups": counters["logged_groups"],
+            "provider": self.backend.describe(),
+            "last_commit_at": self.last_commit_at,
+        }
+
+
+class _ThisWorker:
+    """The coordinator's endpoint for the worker it runs in: requests go straight to its manager."""
+
+    def __init__(self, manager: CheckpointManager) -> None:
+        self._manager = manager
+
+    def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
+        done = threading.Event()
+        answer: list[tuple[int, bytes]] = []
+
+        def reply(status: int, data: bytes) -> None:
+            answer.append((status, data))
+            done.set()
+
+        self._manager.handle(op, body, reply)
+        if not done.wait(timeout):
+            msg = f"no answer to request op {op} from this worker within {timeout:.1f}s"
+            raise RequestTimeoutError(msg)
+        return answer[0]
+
+
+class IntervalCheckpoints:
+    """Storm's checkpoint interval, for topologies fed by plain clients (no Spark driver coordinating).
+
+    The worker with the lowest slot of the plan runs a round every
+    ``topology.state.checkpoint.interval.ms``; a round is skipped while any worker saw a
+    Spark delivery group within the last few intervals (the query's commits checkpoint then).
+    """
+
+    def __init__(self, manager: CheckpointManager, conf: Config, stopping: threading.Event) -> None:
+        self._manager = manager
+        self._interval_s = conf.get_int("topology.state.checkpoint.interval.ms", minimum=0) / 1000
+        self._stopping = stopping
+        self._coordinator = Coordinator(
+            self._endpoints,
+            conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000,
+            conf.get_int("topology.state.commit.retries", minimum=1),
+        )
+        self.rounds = 0
+        self.last_error: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self._interval_s > 0
+
+    def _endpoints(self) -> dict[str, Any]:
+        state = self._manager.state
+        out: dict[str, Any] = {str(slot): conn for slot, conn in state.connections.items()}
+        out[str(state.slot)] = _ThisWorker(self._manager)
+        return out
+
+    def run(self) -> None:
+        """Run a round per interval while this worker has the lowest slot (the coordinator thread)."""
+        state = self._manager.state
+        while not self._stopping.wait(self._interval_s):
+            if state.slot != min(state.plan.slots):
+                continue
+            try:
+                statuses = self._coordinator.status()
+                recent = [
+                    s.worker
+                    for s in statuses.values()
+                    if s.last_group_age_s is not None and s.last_group_age_s < max(5.0, 3 * self._interval_s)
+                ]
+                if recent:
+                    continue  # a Spark query feeds the topology: its commits run the rounds
+                self._coordinator.checkpoint({})
+                self.rounds += 1
+                self.last_error = None
+            except StormError as exc:
+                self.last_error = str(exc)
+                logger.warning("worker %s: interval checkpoint failed: %s", state.slot, exc)

@@ -1,0 +1,145 @@
+"""Key-value state, changelogs with snapshots, input logs: embedded (files) and memory backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_storm.config import Config
+from spark_storm.errors import ConfigError, StateCorruptError, StateError
+from spark_storm.state import DELETED, KeyValueState, LogRecord, StateBackend, make_backend
+from spark_storm.state.files import EmbeddedBackend
+from spark_storm.state.memory import MemoryBackend
+from tests.support.state import check_changelog, check_input_log
+
+
+@pytest.fixture(params=["embedded", "memory"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> StateBackend:
+    if request.param == "embedded":
+        return EmbeddedBackend("topo", tmp_path)
+    return MemoryBackend()
+
+
+def test_key_value_state_is_storms_api_with_any_key_tuples_carry() -> None:
+    state = KeyValueState()
+    keys: list[Any] = ["", "\x00", "ünï", b"\x00b", 0, -1, 2.5, True, None, ["a", 1], {"m": [1]}, dt.date(2024, 1, 1)]
+    for i, key in enumerate(keys):
+        state.put(key, i)
+    for i, key in enumerate(keys):
+        assert state.get(key) == i
+    assert len(state) == len(keys)
+    assert state.get("missing", 7) == 7
+    assert ["a", 1] in state
+    assert sorted(map(repr, state.keys())) == sorted(map(repr, keys))
+    state.delete(["a", 1])
+    state.delete("not there")
+    assert state.get(["a", 1]) is None
+    assert len(state) == len(keys) - 1
+    assert ("", 0) in list(state.items())
+
+
+def test_a_value_the_codec_cannot_store_is_refused_naming_its_type() -> None:
+    state = KeyValueState()
+    with pytest.raises(StateError, match=r"state value of type object cannot be stored"):
+        state.put("k", object())
+    lock = threading.Lock()
+    with pytest.raises(StateError, match=r"state key of type _thread\.lock cannot be stored"):
+        state.put(lock, 1)
+    assert len(state) == 0
+
+
+def test_changes_are_the_keys_put_or_deleted_since_the_last_checkpoint() -> None:
+    state = KeyValueState({"a": 1, "b": 2})
+    state.put("a", 10)
+    state.delete("b")
+    state.put("c", 3)
+    assert state.take_changes() == {"a": 10, "b": DELETED, "c": 3}
+    assert state.take_changes() == {}
+
+
+def test_get_many_put_many_take_arrow_numpy_or_lists() -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    state = KeyValueState()
+    state.put_many(pa.array(["x", "y"]), np.array([1, 2]))
+    assert state.get_many(pa.array(["x", "y", "z"]), 0).to_pylist() == [1, 2, 0]
+    assert state.get_many(["y"]) == [2]
+    assert list(state.get_many(np.array(["x"]))) == [1]
+    with pytest.raises(StateError, match="2 keys but 1 values"):
+        state.put_many(["a", "b"], [1])
+
+
+def test_restore_any_epoch_since_the_last_snapshot_and_commit_compacts(backend: StateBackend) -> None:
+    check_changelog(backend)
+
+
+def test_missing_or_corrupt_entries_fail_the_restore_naming_the_task(tmp_path: Path) -> None:
+    backend = EmbeddedBackend("topo", tmp_path)
+    store = backend.task_store(9)
+    for epoch in (1, 2, 3):
+        store.write(epoch, False, {"k": epoch})
+    store.commit(3)
+    (tmp_path / "topo" / "task-9" / "e000000000002.delta").unlink()
+    with pytest.raises(
+        StateCorruptError, match=r"task 9: cannot restore epoch 3: the entries of epoch\(s\) 2 are missing"
+    ):
+        store.restore()
+    path = tmp_path / "topo" / "task-9" / "e000000000003.delta"
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(StateCorruptError, match=r"task 9: .*e000000000003.delta: checksum mismatch"):
+        store.read(3)
+    (tmp_path / "topo" / "task-9" / "COMMITTED").write_text("{not json")
+    with pytest.raises(StateCorruptError, match=r"COMMITTED is unreadable"):
+        store.committed()
+
+
+def test_a_task_whose_state_is_elsewhere_is_an_error_not_empty_state(tmp_path: Path) -> None:
+    store = EmbeddedBackend("topo", tmp_path).task_store(2)
+    with pytest.raises(StateCorruptError, match=r"needs topology\.state\.provider: redis"):
+        store.restore(12)
+
+
+def test_spark_values_round_trip_through_the_changelog(backend: StateBackend) -> None:
+    store = backend.task_store(1)
+    value = {"when": dt.datetime(2024, 5, 1, 12, tzinfo=dt.UTC), "amount": decimal.Decimal("1.50"), "tags": ["a"]}
+    state = KeyValueState()
+    state.put(("user", 7), value)
+    store.write(1, False, state.take_changes())
+    _, data = store.restore(1)
+    assert KeyValueState(data).get(["user", 7]) == value
+
+
+def test_input_log_segments_by_epoch_replay_retag_and_truncate(backend: StateBackend) -> None:
+    check_input_log(backend)
+
+
+def test_input_log_survives_the_process_and_a_truncated_tail_is_skipped(tmp_path: Path) -> None:
+    log = EmbeddedBackend("topo", tmp_path).input_log(3, "h:6700")
+    log.append(LogRecord(("q", 1, 0, 0), [b"x" * 10]), 5)
+    log.append(LogRecord(None, [b"plain"]), 5)
+    [segment] = (tmp_path / "topo" / "task-3" / "log").glob("*.log")
+    with segment.open("ab") as f:
+        f.write(b"\x00\x00\x01\x00garbage")  # a write cut short by a crash
+    again = EmbeddedBackend("topo", tmp_path).input_log(3, "h:6701")  # another worker, later
+    assert again.has(("q", 1, 0, 0))
+    assert [r.payloads for r in again.entries(0)] == [[b"x" * 10], [b"plain"]]
+
+
+def test_providers_and_their_settings_are_checked() -> None:
+    def conf(**values: Any) -> Config:
+        return Config.of({"topology.state.provider": "embedded", **values})
+
+    with pytest.raises(ConfigError, match=r"'embeded' is not a provider\. Did you mean 'embedded'"):
+        make_backend(Config.of({"topology.state.provider": "embeded"}), "t")
+    with pytest.raises(ConfigError, match=r"'dri' is not a setting of the embedded provider\. Did you mean 'dir'"):
+        make_backend(conf(**{"topology.state.provider.config": {"dri": "/x"}}), "t")
+    with pytest.raises(ConfigError, match=r"log\.fsync must be 'commit' or 'group'"):
+        make_backend(conf(**{"topology.state.provider.config": {"log.fsync": "always"}}), "t")
+    with pytest.raises(ConfigError, match="is not a StateBackend subclass"):
+        make_backend(Config.of({"topology.state.provider": "spark_storm.state:KeyValueState"}), "t")
