@@ -55,4 +55,18 @@ def write_batch(options: Mapping[str, str], df: Any, batch_id: int) -> None:
     if "queryid" not in {k.lower() for k in opts}:
         opts["queryId"] = query_id_of(df.sparkSession, opts.get("topology"))
     opts["batchId"] = str(batch_id)
-    df.write.format("storm").mode("append").options(**opts).save()
+    try:
+        df.write.format("storm").mode("append").options(**opts).save()
+    except Exception as exc:
+        if "DATA_SOURCE_NOT_FOUND" not in str(exc):
+            raise
+        msg = (
+            "storm_sink: Spark does not know format('storm') on this session: call "
+            "spark_storm.spark.register(spark) once (spark-storm installed where Spark's Python workers run), "
+            "or spark_storm.spark.ship(spark) on a Spark Connect session (spark-storm only on this client)"
+        )
+        try:
+            from spark_storm.errors import ConfigError
+        except ImportError:  # spark-storm only shipped as an artifact, not installed here
+            raise RuntimeError(msg) from exc
+        raise ConfigError(msg) from exc

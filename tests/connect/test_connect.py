@@ -276,15 +276,21 @@ with LocalCluster(topo, 2) as cluster:
         register(spark)
     except ServerPackageError as exc:
         out["register"] = str(exc)
-    ship(spark)
-    write()
-    out["after_ship"] = received(cluster)
     os.makedirs("in", exist_ok=True)
     with open("in/part0.json", "w") as f:
         f.writelines(json.dumps({"sentence": f"c d {i}"}) + "\\n" for i in range(50))
-    q = (spark.readStream.schema("sentence string").json(os.path.join(os.getcwd(), "in")).writeStream
-         .foreachBatch(storm_sink(topology=topo, workers=cluster.workers_arg))
-         .option("checkpointLocation", os.path.join(os.getcwd(), "ck-fb")).trigger(availableNow=True).start())
+    def sink_query(name):
+        return (spark.readStream.schema("sentence string").json(os.path.join(os.getcwd(), "in")).writeStream
+                .foreachBatch(storm_sink(topology=topo, workers=cluster.workers_arg))
+                .option("checkpointLocation", os.path.join(os.getcwd(), name)).trigger(availableNow=True).start())
+    try:
+        sink_query("ck-before").awaitTermination(300)
+    except Exception as exc:
+        out["sink_before_ship"] = " ".join(str(exc).split())
+    ship(spark)
+    write()
+    out["after_ship"] = received(cluster)
+    q = sink_query("ck-fb")
     q.awaitTermination(300)
     out["foreach_batch_error"] = str(q.exception()) if q.exception() else None
     out["after_foreach_batch"] = received(cluster)
@@ -299,6 +305,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.timeout(900)  # a client process with a Connect server of its own and four queries
 def test_a_server_without_spark_storm_gets_our_error_and_ship_fixes_it(tmp_path: Path) -> None:
     # The server's Python workers run this venv's Python minus this checkout on sys.path: a Spark
     # server where spark-storm is not installed.  Only where spark-storm is installed editable
@@ -336,6 +343,8 @@ def test_a_server_without_spark_storm_gets_our_error_and_ship_fixes_it(tmp_path:
     assert "cannot import spark_storm" in out["register"]
     assert "spark_storm.spark.ship(spark)" in out["register"]
     assert sys.executable in out["register"]  # the Python the wrapper runs
+    assert "storm_sink: Spark does not know format('storm')" in out["sink_before_ship"]  # ours, naming the fix
+    assert "spark_storm.spark.ship(spark)" in out["sink_before_ship"]
     assert out["after_ship"] == 100
     assert out["foreach_batch_error"] is None
     assert out["after_foreach_batch"] == 150
@@ -343,6 +352,7 @@ def test_a_server_without_spark_storm_gets_our_error_and_ship_fixes_it(tmp_path:
     assert out["after_foreach"] == 200
 
 
+@pytest.mark.timeout(900)  # a kernel, a Spark Connect server of its own and a 4 s stream: minutes on a busy machine
 def test_the_notebook_runs_over_spark_connect(tmp_path: Path) -> None:
     wordcount = tmp_path / "wordcount.yaml"
     wordcount.write_text(
