@@ -101,4 +101,11 @@ def spark_demo(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
-    return run_demo(args.seconds, args.rows_per_second, args.workers, arrow=args.arrow, verbose=args.verbose)
+    return run_demo(
+        args.seconds,
+        args.rows_per_second,
+        args.workers,
+        arrow=args.arrow,
+        verbose=args.verbose,
+        kill_worker=args.kill_worker,
+    )

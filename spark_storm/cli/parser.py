@@ -28,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
     sdemo.add_argument("--workers", type=int, default=2)
     sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
     sdemo.add_argument("--verbose", action="store_true", help="also Spark's progress bar and its INFO/WARN log")
+    sdemo.add_argument(
+        "--kill-worker", action="store_true", help="SIGKILL a worker half-way and restart it: the counts stay exact"
+    )
     sdemo.set_defaults(func=demos.spark_demo)
     demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
     demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))

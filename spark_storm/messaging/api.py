@@ -34,6 +34,7 @@ GroupKey = tuple[str, int, int, int]
 __all__ = [
     "RECV_BLOCK",
     "RECV_NOBLOCK",
+    "REQUEST_BUSY",
     "REQUEST_FAILED",
     "REQUEST_OK",
     "REQUEST_UNHANDLED",
@@ -51,10 +52,12 @@ __all__ = [
 RECV_BLOCK: Final = 0
 #: ``recv`` flag: return at once, None when nothing is queued (Storm 0.8: 1).
 RECV_NOBLOCK: Final = 1
-#: :meth:`IClient.request` statuses: answered; the callback failed; no callback answers requests.
+#: :meth:`IClient.request` statuses: answered; the callback failed; no callback answers
+#: requests; busy with another requester's work (ask again later).
 REQUEST_OK: Final = 0
 REQUEST_FAILED: Final = 1
 REQUEST_UNHANDLED: Final = 2
+REQUEST_BUSY: Final = 3
 
 
 class IConnectionCallback(abc.ABC):

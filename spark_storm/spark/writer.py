@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -42,10 +43,12 @@ import pyarrow as pa
 
 from spark_storm.codec.encoder import Encoder
 from spark_storm.codec.serializer import MsgpackSerializer
+from spark_storm.config import Config
 from spark_storm.errors import StormError, WireFormatError
 from spark_storm.messaging import IClient, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
+from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Slot
 from spark_storm.topology.routing import Router, split_by_task
 from spark_storm.transport import make_context
@@ -90,6 +93,10 @@ class _Pool:
         self._conns: dict[tuple[str, str, Slot], IClient] = {}
         self._versions: dict[tuple[str, str], int] = {}
         atexit.register(self.close)
+
+    def context_key(self, options: StormOptions) -> str:
+        """Return the key naming the context (and connections) ``options`` use."""
+        return self._ckey(options)
 
     @staticmethod
     def _ckey(options: StormOptions) -> str:
@@ -366,8 +373,8 @@ def await_acks(
         if failed:
             msg = (
                 f"worker {slot} reported FAILED for {len(failed)} of {len(keys)} groups of query {query_id} "
-                f"batch {batch_id} partition {partition} (a bolt failed a tuple or a payload was rejected; "
-                "see that worker's log); Spark will retry the task"
+                f"batch {batch_id} partition {partition} (a bolt failed a tuple, a payload was rejected, or the "
+                "worker restarted and lost them; see that worker's log); Spark will retry the task"
             )
             raise DeliveryError(msg)
         if missing:
@@ -389,6 +396,8 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
     """
     done = [m for m in messages if isinstance(m, StormCommitMessage)]
     POOL.follow(options)
+    for query_id in sorted({m.query_id for m in done}):
+        checkpoint_batch(options, query_id, batch_id)
     slots = set(options.plan.slots)
     for m in done:
         for name in m.per_worker:
@@ -412,6 +421,59 @@ def commit_batch(options: StormOptions, messages: Iterable[Any], batch_id: int) 
         # A new connection is ready in milliseconds; one to a dead worker must not hold the commit.
         if conn.wait_ready(min(1.0, max(0.0, deadline - time.monotonic()))):
             conn.flush(max(0.0, deadline - time.monotonic()))
+
+
+#: Topologies (by connection key and name) found to have no stateful component, and when.
+_STATELESS: dict[tuple[str, str], float] = {}
+_STATELESS_TTL_S = 60.0
+
+
+def checkpoint_batch(options: StormOptions, query_id: str, batch_id: int) -> None:
+    """Driver side, before the commit returns: make every stateful task's state durable with this batch.
+
+    The sink's ``commit(batchId)`` is the coordinator of the checkpoint protocol
+    (docs/state.md): it rolls the topology back first if a worker failed during the
+    batch, and returns only once every stateful task has written the epoch holding the
+    batch.  A topology without stateful components answers in one round trip (and is
+    remembered for a minute).
+
+    Raises
+    ------
+    CheckpointError
+        The round did not complete (the reason says why); Spark fails the query, whose
+        restart from its checkpoint replays the batch exactly.
+    """
+    ckey = (POOL.context_key(options), options.topology_id)
+    known = _STATELESS.get(ckey)
+    if known is not None and time.monotonic() - known < _STATELESS_TTL_S:
+        return
+    conf = Config.of({**options.plan.topology.conf, **dict(options.conf)})
+
+    def endpoints() -> dict[str, IClient]:
+        # Cluster mode: the workers of the assignment now (a rebalance or a reassignment may
+        # have moved tasks since the batch was planned), asked again for every attempt.
+        current = options.with_current_assignment(settle=False) if options.zookeeper is not None else options
+        POOL.follow(current)
+        return {str(slot): POOL.connection(current, slot) for slot in current.plan.slots}
+
+    coordinator = Coordinator(
+        f"spark query {query_id} (driver pid {os.getpid()})",
+        endpoints,
+        conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000,
+        conf.get_int("topology.state.commit.retries", minimum=1),
+    )
+    result = coordinator.checkpoint({query_id: batch_id})
+    if not result.stateful:
+        _STATELESS[ckey] = time.monotonic()
+        return
+    logger.info(
+        "storm commit: query %s batch %d is in epoch %d (%.3fs%s)",
+        query_id,
+        batch_id,
+        result.epoch,
+        result.duration_s,
+        f", after a rollback to epoch {result.rolled_back_to}" if result.rolled_back_to is not None else "",
+    )
 
 
 def rows_of(messages: Iterable[Any]) -> int:

@@ -19,6 +19,7 @@ never silently empty state.
 from __future__ import annotations
 
 import abc
+import logging
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ __all__ = [
     "encode_entry",
     "encode_record",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The epoch before the first one: nothing committed yet.
 NO_EPOCH: Final = 0
@@ -148,6 +151,10 @@ class TaskStore(abc.ABC):
         """Epochs with an entry, ascending (committed or only written)."""
 
     @abc.abstractmethod
+    def fulls(self) -> list[int]:
+        """Epochs whose entry is a full snapshot, ascending."""
+
+    @abc.abstractmethod
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         """Store epoch ``epoch``'s entry durably; return its size in bytes."""
 
@@ -212,15 +219,17 @@ class TaskStore(abc.ABC):
     def commit(self, epoch: int) -> None:
         """Mark ``epoch`` committed and drop what the last snapshot at or before it covers."""
         self.mark_committed(epoch)
-        epochs = [e for e in self.epochs() if e <= epoch]
-        for candidate in reversed(epochs):
-            if self.read(candidate).full:
-                self.delete([e for e in epochs if e < candidate])
-                break
+        fulls = [e for e in self.fulls() if e <= epoch]
+        if fulls:
+            self.delete([e for e in self.epochs() if e < fulls[-1]])
 
     def describe(self) -> str:
         """Where this task's entries live, for messages."""
         return f"task {self.task}"
+
+
+#: Keys of truncated groups kept at most (the oldest go first, with a warning).
+MAX_KEPT_KEYS: Final = 200_000
 
 
 class InputLog(abc.ABC):
@@ -228,10 +237,42 @@ class InputLog(abc.ABC):
 
     The open segment belongs to the epoch after the last barrier.  Written by the
     receive path (one writer at a time per task), closed by the checkpoint thread.
+
+    A committed epoch truncates the segments it covers, but the keys of their delivery
+    groups are *kept* until the group's own query commits its batch: an interval
+    checkpoint may land in the middle of a Spark batch, and a task retry of that batch
+    must still be recognised as a replay.
     """
 
     def __init__(self, task: int) -> None:
         self.task = task
+        self._kept: dict[GroupKey, None] = {}
+
+    def _keep(self, keys: list[GroupKey]) -> None:
+        """Remember truncated groups whose batch their query has not committed yet."""
+        committed = self.committed_batches()
+        added = [k for k in keys if committed.get(k[0], -1) < k[1] and k not in self._kept]
+        if not added:
+            return
+        for key in added:
+            self._kept[key] = None
+        if len(self._kept) > MAX_KEPT_KEYS:
+            drop = len(self._kept) - MAX_KEPT_KEYS
+            for key in list(self._kept)[:drop]:
+                del self._kept[key]
+            logger.warning("task %d: forgot the %d oldest kept group keys (at most %d)", self.task, drop, MAX_KEPT_KEYS)
+        self._store_kept(list(self._kept))
+
+    def _prune_kept(self) -> None:
+        committed = self.committed_batches()
+        before = len(self._kept)
+        self._kept = {k: None for k in self._kept if committed.get(k[0], -1) < k[1]}
+        if len(self._kept) != before:
+            self._store_kept(list(self._kept))
+
+    @abc.abstractmethod
+    def _store_kept(self, keys: list[GroupKey]) -> None:
+        """Durably store the kept keys."""
 
     @abc.abstractmethod
     def append(self, record: LogRecord, epoch: int) -> None:
@@ -259,7 +300,7 @@ class InputLog(abc.ABC):
 
     @abc.abstractmethod
     def has(self, key: GroupKey) -> bool:
-        """Whether a group of that key is in the log."""
+        """Whether a group of that key is in the log (or was, and its batch is not committed yet)."""
 
     @abc.abstractmethod
     def last_barrier(self) -> int:

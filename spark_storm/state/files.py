@@ -125,6 +125,9 @@ class FileTaskStore(TaskStore):
     def epochs(self) -> list[int]:
         return sorted(self._entries())
 
+    def fulls(self) -> list[int]:
+        return sorted(e for e, p in self._entries().items() if p.name.endswith(".full"))
+
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
         for stale in [p for e, p in self._entries().items() if e == epoch]:  # a rewrite after a rollback
@@ -172,6 +175,8 @@ class FileInputLog(InputLog):
         self._open: tuple[int, int] | None = None  # (epoch, seq) of the segment being appended to
         self._unsynced: list[Path] = []
         self._keys: dict[GroupKey, int] = {}  # group key -> epoch of its segment
+        kept = _read_json(self.dir / "KEPT", f"task {self.task}") or []
+        self._kept = {(str(k[0]), int(k[1]), int(k[2]), int(k[3])): None for k in kept}
         for epoch, _seq, path in self._segments():
             for record in self._read(path):
                 if record.key is not None:
@@ -274,17 +279,20 @@ class FileInputLog(InputLog):
     def truncate(self, epoch: int) -> None:
         if self._open is not None and self._open[0] <= epoch:
             self._close_fd()
+        self._keep([k for k, e in self._keys.items() if e <= epoch])
         for seg_epoch, _seq, path in self._segments():
             if seg_epoch <= epoch:
                 path.unlink(missing_ok=True)
         self._keys = {k: e for k, e in self._keys.items() if e > epoch}
 
+    def _store_kept(self, keys: list[GroupKey]) -> None:
+        _write_atomic(self.dir / "KEPT", json.dumps([list(k) for k in keys]).encode())
+
     def keys(self) -> set[GroupKey]:
         return set(self._keys)
 
     def has(self, key: GroupKey) -> bool:
-        """Whether a group of that key is in the log."""
-        return key in self._keys
+        return key in self._keys or key in self._kept
 
     def committed_batches(self) -> dict[str, int]:
         data = _read_json(self.dir / "BATCHES", f"task {self.task}")
@@ -302,6 +310,7 @@ class FileInputLog(InputLog):
         if len(merged) > 256:  # bounded: the oldest queries first (ids only grow within a query)
             merged = dict(list(merged.items())[-256:])
         _write_atomic(self.dir / "BATCHES", json.dumps(merged).encode())
+        self._prune_kept()
 
     def shutdown(self) -> None:
         """Close the open segment (durably)."""

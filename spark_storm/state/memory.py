@@ -7,6 +7,7 @@ dies loses its tasks' state, and a task that moves to another process starts emp
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,7 +33,9 @@ class _MemoryTaskStore(TaskStore):
     def __init__(self, task: int) -> None:
         super().__init__(task)
         self._entries: dict[int, bytes] = {}
+        self._fulls: set[int] = set()
         self._committed = NO_EPOCH
+        self._lock = threading.Lock()
 
     def describe(self) -> str:
         return f"task {self.task} in memory"
@@ -41,11 +44,21 @@ class _MemoryTaskStore(TaskStore):
         return self._committed
 
     def epochs(self) -> list[int]:
-        return sorted(self._entries)
+        with self._lock:
+            return sorted(self._entries)
+
+    def fulls(self) -> list[int]:
+        with self._lock:
+            return sorted(self._fulls)
 
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
-        self._entries[epoch] = data
+        with self._lock:
+            self._entries[epoch] = data
+            if full:
+                self._fulls.add(epoch)
+            else:
+                self._fulls.discard(epoch)
         return len(data)
 
     def read(self, epoch: int) -> Entry:
@@ -59,8 +72,10 @@ class _MemoryTaskStore(TaskStore):
         self._committed = epoch
 
     def delete(self, epochs: list[int]) -> None:
-        for epoch in epochs:
-            self._entries.pop(epoch, None)
+        with self._lock:
+            for epoch in epochs:
+                self._entries.pop(epoch, None)
+                self._fulls.discard(epoch)
 
 
 class _MemoryInputLog(InputLog):
@@ -111,6 +126,7 @@ class _MemoryInputLog(InputLog):
                 self._keys[key] = epoch
 
     def truncate(self, epoch: int) -> None:
+        self._keep([k for k, e in self._keys.items() if e <= epoch])
         self._segments = [s for s in self._segments if s[0] > epoch]
         self._keys = {k: e for k, e in self._keys.items() if e > epoch}
 
@@ -118,7 +134,10 @@ class _MemoryInputLog(InputLog):
         return set(self._keys)
 
     def has(self, key: GroupKey) -> bool:
-        return key in self._keys
+        return key in self._keys or key in self._kept
+
+    def _store_kept(self, keys: list[GroupKey]) -> None:
+        pass  # in memory already
 
     def committed_batches(self) -> dict[str, int]:
         return dict(self._batches)
@@ -126,6 +145,7 @@ class _MemoryInputLog(InputLog):
     def set_committed_batches(self, batches: Mapping[str, int]) -> None:
         for query, batch in batches.items():
             self._batches[query] = max(batch, self._batches.get(query, batch))
+        self._prune_kept()
 
 
 class MemoryBackend(StateBackend):

@@ -19,6 +19,10 @@ COMMIT      E is committed (with {query id: batch id})         ok
 
 Every request is idempotent (a round can be retried from the top), and a round is
 ``STATUS`` -> (``PAUSE``, ``RESUME`` when a worker is dirty) -> ``PREPARE`` -> ``COMMIT``.
+Each carries its coordinator's name: a worker lets one coordinator at a time change
+anything (a lease of ``topology.state.coordinator.lease.ms`` from its last request) and
+answers the others BUSY, so a Spark driver's commits and a worker's interval checkpoints
+never interleave their rounds.
 It lives here, below ``worker/``, so the Spark driver runs it without the worker runtime.
 """
 
@@ -35,7 +39,7 @@ from typing import Any, Final, Protocol
 
 from spark_storm.codec.serializer import pack_value, unpack_value
 from spark_storm.errors import CheckpointError, StormError, TransportError, WireFormatError
-from spark_storm.messaging.api import REQUEST_OK, REQUEST_UNHANDLED
+from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_OK, REQUEST_UNHANDLED
 
 __all__ = [
     "COMMIT",
@@ -44,6 +48,7 @@ __all__ = [
     "RESUME",
     "STATUS",
     "Coordinator",
+    "CoordinatorBusyError",
     "Endpoint",
     "RoundResult",
     "WorkerStatus",
@@ -99,12 +104,16 @@ class WorkerStatus:
     dirty: bool
     reasons: list[str]
     last_group_age_s: float | None
+    lease_holder: str | None = None
+    lease_age_s: float | None = None
+    priority_age_s: float | None = None  # since a priority coordinator (a Spark driver) was last heard
 
     @classmethod
     def of(cls, worker: str, body: Mapping[str, Any]) -> WorkerStatus:
         """Read a STATUS answer."""
         try:
             age = body.get("last_group_age_s")
+            lease_age = body.get("lease_age_s")
             return cls(
                 worker=worker,
                 stateful=bool(body["stateful"]),
@@ -114,6 +123,9 @@ class WorkerStatus:
                 dirty=bool(body["dirty"]),
                 reasons=[str(r) for r in body.get("reasons", [])],
                 last_group_age_s=None if age is None else float(age),
+                lease_holder=None if body.get("lease_holder") is None else str(body["lease_holder"]),
+                lease_age_s=None if lease_age is None else float(lease_age),
+                priority_age_s=None if body.get("priority_age_s") is None else float(body["priority_age_s"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"worker {worker}: a STATUS answer lacks or mangles {exc}"
@@ -131,11 +143,20 @@ class RoundResult:
     stateful: bool
 
 
+class CoordinatorBusyError(CheckpointError):
+    """A worker is coordinated by someone else right now (try again once its lease ends)."""
+
+
 class Coordinator:
     """Runs checkpoint rounds over a set of workers (any thread; one round at a time).
 
     Parameters
     ----------
+    identity : str
+        This coordinator's name, in every request (the workers' lease).
+    priority : int
+        A worker hands its lease to a coordinator of higher priority at once (a Spark
+        driver's commits, 1, take over from interval checkpoints, 0).
     endpoints : callable
         Returns the current workers by name (``host:port``) -> :class:`Endpoint`; asked
         again for every attempt, so a restarted worker's new connection is used.
@@ -149,11 +170,15 @@ class Coordinator:
 
     def __init__(
         self,
+        identity: str,
         endpoints: Callable[[], Mapping[str, Endpoint]],
         timeout_s: float,
         retries: int,
         request_timeout_s: float = 10.0,
+        priority: int = 1,
     ) -> None:
+        self.identity = identity
+        self.priority = priority
         self._endpoints = endpoints
         self._timeout_s = timeout_s
         self._retries = max(1, retries)
@@ -168,7 +193,7 @@ class Coordinator:
         if not endpoints:
             msg = "no workers to checkpoint (the plan names none)"
             raise CheckpointError(msg)
-        data = encode_body(body)
+        data = encode_body({**body, "coordinator": self.identity, "priority": self.priority})
         name = OP_NAMES.get(op, str(op))
 
         def ask(item: tuple[str, Endpoint]) -> tuple[str, dict[str, Any]]:
@@ -177,6 +202,9 @@ class Coordinator:
             if status == REQUEST_UNHANDLED:
                 msg = f"worker {worker} does not answer {name} ({answer.decode(errors='replace')})"
                 raise CheckpointError(msg)
+            if status == REQUEST_BUSY:
+                msg = f"worker {worker}: {answer.decode(errors='replace')}"
+                raise CoordinatorBusyError(msg)
             if status != REQUEST_OK:
                 msg = f"worker {worker} failed {name}: {answer.decode(errors='replace')}"
                 raise CheckpointError(msg)
@@ -261,8 +289,11 @@ class Coordinator:
                         f", after a rollback to {rolled}" if rolled is not None else "",
                     )
                     return RoundResult(epoch, rolled, attempt, duration, True)
-                except (TransportError, OSError) as exc:  # a worker away (restarting): wait for it
+                except (TransportError, OSError, CoordinatorBusyError) as exc:  # a worker away, or busy: wait
                     last_error = exc
+                    if isinstance(exc, CoordinatorBusyError) and self.priority == 0:
+                        msg = f"standing aside: {exc}"  # a higher-priority coordinator runs the rounds
+                        raise CheckpointError(msg) from exc
                     if time.monotonic() > deadline:
                         msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
                         raise CheckpointError(msg) from exc

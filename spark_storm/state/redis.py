@@ -19,6 +19,7 @@ Durability is Redis's: run it with the append-only file (``spark-storm redis sta
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -82,10 +83,20 @@ class _RedisTaskStore(TaskStore):
         with self._guard():
             return sorted(int(e) for e in self._r.hkeys(self._key + "entries"))
 
+    def fulls(self) -> list[int]:
+        with self._guard():
+            return sorted(int(e) for e in self._r.smembers(self._key + "fulls"))
+
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
         data = encode_entry(epoch, full, changes)
         with self._guard():
-            self._r.hset(self._key + "entries", str(epoch), data)
+            pipe = self._r.pipeline()
+            pipe.hset(self._key + "entries", str(epoch), data)
+            if full:
+                pipe.sadd(self._key + "fulls", str(epoch))
+            else:
+                pipe.srem(self._key + "fulls", str(epoch))
+            pipe.execute()
         return len(data)
 
     def read(self, epoch: int) -> Entry:
@@ -108,6 +119,7 @@ class _RedisTaskStore(TaskStore):
         if epochs:
             with self._guard():
                 self._r.hdel(self._key + "entries", *[str(e) for e in epochs])
+                self._r.srem(self._key + "fulls", *[str(e) for e in epochs])
 
 
 class _RedisInputLog(InputLog):
@@ -118,6 +130,10 @@ class _RedisInputLog(InputLog):
         self._address = address
         self._open: tuple[int, int] | None = None  # (epoch, segment number)
         self._keys: dict[GroupKey, int] = {}
+        with self._guard():
+            raw = self._r.get(self._key + "kept")
+        kept = json.loads(raw) if raw else []
+        self._kept = {(str(k[0]), int(k[1]), int(k[2]), int(k[3])): None for k in kept}
         for epoch, seg in self._segments():
             for record in self._read(seg):
                 if record.key is not None:
@@ -185,6 +201,7 @@ class _RedisInputLog(InputLog):
         self._keys = {k: (epoch if e > after else e) for k, e in self._keys.items()}
 
     def truncate(self, epoch: int) -> None:
+        self._keep([k for k, e in self._keys.items() if e <= epoch])
         if self._open is not None and self._open[0] <= epoch:
             self._open = None
         with self._guard():
@@ -198,7 +215,11 @@ class _RedisInputLog(InputLog):
         return set(self._keys)
 
     def has(self, key: GroupKey) -> bool:
-        return key in self._keys
+        return key in self._keys or key in self._kept
+
+    def _store_kept(self, keys: list[GroupKey]) -> None:
+        with self._guard():
+            self._r.set(self._key + "kept", json.dumps([list(k) for k in keys]))
 
     def committed_batches(self) -> dict[str, int]:
         with self._guard():
@@ -211,6 +232,7 @@ class _RedisInputLog(InputLog):
             for query, batch in batches.items():
                 if batch > merged.get(query, -1):
                     self._r.hset(self._key + "batches", query, str(batch))
+        self._prune_kept()
 
 
 class RedisBackend(StateBackend):

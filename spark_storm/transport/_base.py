@@ -306,6 +306,8 @@ class ClientBase(IClient):
         self._ack_cond = threading.Condition()
         self._replies: dict[int, ControlReply | None] = {}
         self._link = 0  # bumped when the connection drops: requests in flight will get no answer
+        self._server_life = 0  # bumped when the server restarted: groups it had received are gone
+        self._sent_in: OrderedDict[GroupKey, int] = OrderedDict()  # group -> server life it was sent in
 
     def update_ack(self, ack: BatchAck) -> None:
         """Record a BatchAck the server sent (keeps the latest status per group)."""
@@ -321,11 +323,35 @@ class ClientBase(IClient):
         deadline = time.monotonic() + timeout
         with self._ack_cond:
             while True:
+                for k in wanted:  # sent to a server that restarted since: no (further) ack will come
+                    if self._sent_in.get(k, self._server_life) < self._server_life:
+                        got = self._acks.get(k)
+                        if got is None or (got < status and got != FAILED):
+                            self._acks[k] = FAILED
                 done = all(k in self._acks and (self._acks[k] >= status or self._acks[k] == FAILED) for k in wanted)
                 remaining = deadline - time.monotonic()
                 if done or remaining <= 0:
+                    for k in wanted:
+                        self._sent_in.pop(k, None)
                     return {k: self._acks.pop(k) for k in wanted if k in self._acks}
                 self._ack_cond.wait(min(remaining, 0.5))
+
+    def group_sent(self, key: GroupKey) -> None:
+        """Note that group ``key`` went to the server's current life (transports call this in send_group)."""
+        with self._ack_cond:
+            self._sent_in[key] = self._server_life
+            self._sent_in.move_to_end(key)
+            while len(self._sent_in) > _MAX_UNCLAIMED_ACKS:
+                self._sent_in.popitem(last=False)
+
+    def server_restarted(self) -> None:
+        """Note that the server lost the session (it restarted): groups sent before will never be acknowledged."""
+        with self._ack_cond:
+            self._server_life += 1
+            self._ack_cond.notify_all()
+        logger.warning(
+            "%s: the server restarted; groups it had received are reported FAILED (resend them)", self.describe()
+        )
 
     def request(self, op: int, body: bytes, timeout: float) -> tuple[int, bytes]:
         request_id = random.getrandbits(63)

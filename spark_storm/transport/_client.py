@@ -168,6 +168,7 @@ class SessionClient(ClientBase):
         if self._status is ConnectionStatus.CLOSED:
             msg = f"send_group on closed {self.describe()}"
             raise ConnectionClosedError(msg)
+        self.group_sent(header.key)
         waiting, was_empty = self._session.admit(messages, header)
         if (was_empty or waiting >= self._batch_bytes) and not self._wake_pending:
             self._wake_pending = True

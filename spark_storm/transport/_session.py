@@ -204,8 +204,12 @@ class ClientSession:
                 self._unacked_bytes -= len(chunk)
             self._cond.notify_all()
 
-    def replay(self, resume_after: int) -> None:
-        """After a (re)handshake: queue again everything the server did not deliver."""
+    def replay(self, resume_after: int) -> bool:
+        """After a (re)handshake: queue again everything the server did not deliver.
+
+        Returns True when the server no longer knows what it had acknowledged (it
+        restarted): what it received before is gone with it, unless its owner kept it.
+        """
         with self._cond:
             if resume_after >= self._next_seq:
                 msg = (
@@ -213,6 +217,7 @@ class ClientSession:
                     f"sent up to {self._next_seq - 1}: another client shares the session id"
                 )
                 raise ConnectionBrokenError(msg)
+            lost_state = resume_after < self._acked
         self.on_receipt(resume_after)
         with self._cond:
             chunks = [chunk for _, chunk in self._unacked]
@@ -220,6 +225,7 @@ class ClientSession:
                 self.resent += self._next_seq - 1 - self._acked
             self._outbox = chunks
             self._outbox_bytes = sum(len(c) for c in chunks)
+        return lost_state
 
     @property
     def outbox_bytes(self) -> int:
@@ -660,7 +666,8 @@ class ClientProtocol:
                 replies.append(encode_control(self._handshake.on_challenge(item)))
             elif isinstance(item, Ok):
                 resume = self._handshake.on_ok(item)
-                self._session.replay(resume)
+                if self._session.replay(resume):
+                    self._client.server_restarted()
                 self.ready = True
             elif isinstance(item, Failure):
                 if not self.ready:

@@ -26,7 +26,7 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.config import Config
 from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
-from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
+from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
 from spark_storm.reports import CheckpointMetrics, StateMetrics
 from spark_storm.state import (
     NO_EPOCH,
@@ -277,6 +277,9 @@ class CheckpointManager:
         self.snapshot_min_keys = snapshot_min_keys(settings)
         self.backend = make_backend(conf, state.plan.topology.name)
         self._prepare_timeout_s = conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000
+        self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
+        self._lease: tuple[str, float, int] | None = None  # (coordinator, time of its last request, priority)
+        self._priority_seen: float | None = None  # when a priority coordinator (a Spark driver) last asked
         slot = state.slot
         self._writer = f"{slot.host}_{slot.port}_{os.getpid()}"
         self.generation = 0
@@ -405,6 +408,10 @@ class CheckpointManager:
             if op not in (PAUSE, RESUME, PREPARE, COMMIT):
                 reply(REQUEST_FAILED, f"unknown checkpoint request op {op}".encode())
                 return
+            busy = self._take_lease(str(args.get("coordinator", "?")), int(args.get("priority", 0)))
+            if busy is not None:
+                reply(REQUEST_BUSY, busy.encode())
+                return
         except StateError as exc:
             reply(REQUEST_FAILED, str(exc).encode())
             return
@@ -439,10 +446,35 @@ class CheckpointManager:
             logger.exception("worker %s: %s failed", self.state.slot, name)
             reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
 
+    def _take_lease(self, coordinator: str, priority: int) -> str | None:
+        """Let ``coordinator`` change things unless another did lately (and ranks as high); else say why not."""
+        now = time.monotonic()
+        with self._cond:
+            if priority > 0:
+                self._priority_seen = now
+            lease = self._lease
+            if (
+                lease is not None
+                and lease[0] != coordinator
+                and now - lease[1] < self._lease_s
+                and lease[2] >= priority
+            ):
+                holder, since, _ = lease
+                return (
+                    f"busy: coordinated by {holder} (its lease ends in {self._lease_s - (now - since):.1f}s; "
+                    "topology.state.coordinator.lease.ms)"
+                )
+            self._lease = (coordinator, now, priority)
+        return None
+
     def status(self) -> dict[str, Any]:
         """Return what STATUS answers."""
         with self._cond:
+            lease = self._lease
             return {
+                "lease_holder": None if lease is None else lease[0],
+                "lease_age_s": None if lease is None else time.monotonic() - lease[1],
+                "priority_age_s": None if self._priority_seen is None else time.monotonic() - self._priority_seen,
                 "worker": str(self.state.slot),
                 "stateful": True,
                 "epoch": self.epoch,
@@ -467,21 +499,29 @@ class CheckpointManager:
         with self.gate:
             self.generation = generation  # from now on, payloads of older generations are dropped on arrival
             self.paused = True
-            self.replaying = False
-            executors = self._executors()
-            self._was_active = {e.spec for e in executors if e.active.is_set()}
+            self.replaying = True  # what sources accept is logged only: the replay publishes it
+        # The gate is released: a receive thread may still need it to let a blocked sender go.
+        executors = self._executors()
+        self._was_active = {e.spec for e in executors if e.active.is_set()}
+        for executor in executors:
+            executor.deactivate()
+        deadline = time.monotonic() + 10.0
+        while True:  # empty the queues until no executor is inside a batch (one blocked on a full queue goes on)
             for executor in executors:
-                executor.deactivate()
-            for executor in executors:
-                if not executor.quiesce(10.0):
-                    msg = f"executor {executor.spec} did not stop within 10s to roll back"
-                    raise CheckpointError(msg)
-            for executor in executors:
-                executor.drop_queued()
-            if not state.transfer.clear():
-                msg = "the transfer thread did not clear its queue within 5s to roll back"
+                executor.queue.clear()
+            if not any(e.busy for e in executors):
+                break
+            if time.monotonic() > deadline:
+                stuck = [str(e.spec) for e in executors if e.busy]
+                msg = f"executors {stuck} did not stop within 10s to roll back"
                 raise CheckpointError(msg)
-            released = state.acker.release_all()
+            time.sleep(0.001)
+        for executor in executors:
+            executor.drop_queued()
+        if not state.transfer.clear():
+            msg = "the transfer thread did not clear its queue within 5s to roll back"
+            raise CheckpointError(msg)
+        released = state.acker.release_all()
         logger.warning(
             "worker %s: paused for a rollback (generation %d); %d pending tuple trees released",
             state.slot,
@@ -566,8 +606,8 @@ class CheckpointManager:
                         continue
                     self._open_log(task).close(epoch)
                     queue = state.queue_of(task)
-                    if queue is not None:
-                        queue.publish([(task, Barrier(epoch, generation, -1))], [0])
+                    if queue is not None:  # never waits: the gate is held
+                        queue.publish([(task, Barrier(epoch, generation, -1))], [0], wait=False)
                 with self._cond:
                     self.epoch = epoch
         stateful = [
@@ -614,6 +654,7 @@ class CheckpointManager:
                 self._batches[query] = max(batch, self._batches.get(query, batch))
         with self._cond:
             self.committed = max(self.committed, epoch)
+            self._lease = None  # the round is over: the next one may be anybody's
         self.counters["committed_epochs"] += 1
         self.last_commit_at = time.time()
 
@@ -677,10 +718,13 @@ class IntervalCheckpoints:
         self._manager = manager
         self._interval_s = conf.get_int("topology.state.checkpoint.interval.ms", minimum=0) / 1000
         self._stopping = stopping
+        self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
         self._coordinator = Coordinator(
+            f"worker {manager.state.slot} (topology.state.checkpoint.interval.ms)",
             self._endpoints,
             conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000,
             conf.get_int("topology.state.commit.retries", minimum=1),
+            priority=0,
         )
         self.rounds = 0
         self.last_error: str | None = None
@@ -703,13 +747,11 @@ class IntervalCheckpoints:
                 continue
             try:
                 statuses = self._coordinator.status()
-                recent = [
-                    s.worker
-                    for s in statuses.values()
-                    if s.last_group_age_s is not None and s.last_group_age_s < max(5.0, 3 * self._interval_s)
+                driven = [
+                    s for s in statuses.values() if s.priority_age_s is not None and s.priority_age_s < self._lease_s
                 ]
-                if recent:
-                    continue  # a Spark query feeds the topology: its commits run the rounds
+                if driven:
+                    continue  # a Spark query's commits run the rounds now
                 self._coordinator.checkpoint({})
                 self.rounds += 1
                 self.last_error = None

@@ -87,7 +87,7 @@ class Emitter:
             queue = host.queue_of(dest)
             barrier = Barrier(epoch, generation, source_task)
             if queue is not None:
-                if not queue.publish([(dest, barrier)], [0]):
+                if not queue.publish([(dest, barrier)], [0], wait=False):
                     host.reroute([(dest, barrier)], [0])
             else:
                 remote.append(self._encoder.barrier(dest, source_task, epoch, generation))

@@ -124,12 +124,16 @@ class Executor:
             time.sleep(0.001)
         return True
 
+    @property
+    def busy(self) -> bool:
+        """Inside a batch (its thread alive)."""
+        return self._busy and self._thread.is_alive()
+
     def drop_queued(self) -> None:
         """Drop what is queued and held for alignment (a rollback; the executor is quiesced)."""
-        dropped = self.queue.clear()
+        self.queue.clear()  # never taken: neither consumed nor done
         if self.checkpoints is not None:
-            dropped += self.checkpoints.reset()
-        self._done += dropped
+            self._done += self.checkpoints.reset()  # taken, and now done with
 
     def _make_collector(self, task: int) -> Any:
         raise NotImplementedError

@@ -100,16 +100,19 @@ class BatchQueue(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
-    def publish(self, items: Sequence[T], weights: Sequence[int], timeout: float | None = None) -> bool:
+    def publish(
+        self, items: Sequence[T], weights: Sequence[int], timeout: float | None = None, *, wait: bool = True
+    ) -> bool:
         """Append ``items`` (with their weights in tuples) in order, waiting for room.
 
         Returns False, publishing nothing, when the queue was closed or ``timeout``
-        (seconds) ran out while it was full.
+        (seconds) ran out while it was full.  ``wait=False`` never waits (a checkpoint
+        barrier, which weighs nothing, goes behind what is queued whatever the fill).
         """
         total = sum(weights)
         crossed = False
         with self._lock:
-            if self._size and self._size + total > self.capacity and threading.get_ident() != self.consumer:
+            if wait and self._size and self._size + total > self.capacity and threading.get_ident() != self.consumer:
                 deadline = None if timeout is None else time.monotonic() + timeout
                 self.overflow += 1
                 self.overflow_waiters += 1
@@ -174,12 +177,11 @@ class BatchQueue(Generic[T]):
         return out
 
     def clear(self) -> int:
-        """Drop everything queued (a rollback); return the weight dropped, counted as consumed."""
+        """Drop everything queued (a rollback); return the weight dropped (not counted as consumed)."""
         with self._lock:
             dropped = self._size
             self._items.clear()
             self._size = 0
-            self.consumed += dropped
             self._not_full.notify_all()
             cleared = self._over_high
             self._over_high = False

@@ -106,7 +106,7 @@ class WorkerTransfer:
             cleared = self._clear
             if cleared is not None:
                 self._clear = None
-                self._done += queue.clear()
+                queue.clear()
                 self._held, self._held_tuples, self._held_tasks = [], 0, set()
                 cleared.set()
             if self._held and time.monotonic() >= retry_at:

@@ -212,14 +212,25 @@ def read_values(directory: Path) -> list[list[Any]]:
 
 
 class LedgerBolt(StatefulBolt):
-    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/state.md)."""
+    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/state.md).
+
+    ``ledger.prepare.delay.s`` holds every checkpoint that long (a test kills a worker during one).
+    """
 
     def init_state(self, state: KeyValueState) -> None:
         self.ledger = state
 
+    def pre_prepare(self, txid: int) -> None:
+        delay = float(self.conf.get("ledger.prepare.delay.s", 0))
+        if delay and txid > 1:
+            time.sleep(delay)
+
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick:
             return
+        delay = float(self.conf.get("ledger.delay.s", 0))
+        if delay:
+            time.sleep(delay)
         key, n = tup.values[0], tup.values[1]
         count, total = self.ledger.get(key, (0, 0))
         self.ledger.put(key, [count + 1, total + n])

@@ -28,9 +28,9 @@ OVERRIDES = {"storm.messaging.tcp.min_wait_ms": 20, "storm.messaging.tcp.max_wai
 
 
 class Ledger:
-    def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False) -> None:
+    def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False, conf: dict[str, Any] | None = None) -> None:
         self.tmp = tmp
-        self.topology = ledger_topology(tmp, batch=batch)
+        self.topology = ledger_topology(tmp, batch=batch, conf=conf)
         self.cluster = LocalCluster(str(self.topology), workers, overrides=OVERRIDES)
         self.ctx = make_context({"storm.messaging.transport": "tcp", **OVERRIDES})
         self.batches: dict[int, list[list[Any]]] = {}
@@ -41,7 +41,7 @@ class Ledger:
         for conn in self.conns.values():
             assert conn.wait_ready(30)
         self.writer = GroupWriter(self.cluster.plan, self.conns)
-        self.coordinator = Coordinator(lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
+        self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -180,4 +180,50 @@ def test_the_columnar_ledger_is_exact_through_a_kill_too(tmp_path: Path) -> None
         sender = run.kill_mid_batch(run.with_source(), 1, 900)
         sender.join(120)
         run.commit(1)
+        assert run.state() == expected(run.batches)
+
+
+def test_a_plain_client_gets_storms_interval_checkpoints_exact_through_a_kill(tmp_path: Path) -> None:
+    """No Spark driver: the workers checkpoint every topology.state.checkpoint.interval.ms themselves."""
+    with Ledger(tmp_path, conf={"topology.state.checkpoint.interval.ms": 300}) as run:
+        run.feed(0)
+        victim = run.with_source()
+        sender = run.kill_mid_batch(victim, 1, 900)
+        sender.join(120)
+        run.feed(2)
+
+        def caught_up() -> bool:
+            views = [run.health(i).get("checkpoint") or {} for i in range(len(run.cluster.slots))]
+            return all(v.get("committed", 0) >= 2 and not v.get("dirty") and not v.get("replaying") for v in views)
+
+        wait_until(caught_up, what="interval checkpoints after the last batch", timeout=60)
+        first = min((run.health(i).get("checkpoint") or {}).get("committed", 0) for i in range(2))
+        wait_until(  # two more rounds: the last rows are in a committed epoch
+            lambda: min((run.health(i).get("checkpoint") or {}).get("committed", 0) for i in range(2)) >= first + 2,
+            what="two more interval checkpoints",
+            timeout=60,
+        )
+        rollbacks = max((run.health(i).get("checkpoint") or {}).get("rollbacks", 0) for i in range(2))
+        print(f"interval checkpoints: {first + 2}+ epochs committed, {rollbacks} rollback(s)")
+        assert rollbacks >= 1
+        assert run.state() == expected(run.batches)
+
+
+def test_checkpoints_and_a_rollback_go_through_full_queues(tmp_path: Path) -> None:
+    """Barriers and a rollback while every queue is full: nothing may wait on a queue while holding the gate."""
+    conf = {
+        "topology.state.checkpoint.interval.ms": 100,
+        "topology.executor.receive.buffer.size": 64,
+        "topology.transfer.buffer.size": 64,
+        "ledger.delay.s": 0.0005,
+    }
+    with Ledger(tmp_path, conf=conf) as run:
+        for batch in range(3):
+            run.feed(batch, 1500)
+        victim = run.with_source()
+        sender = run.kill_mid_batch(victim, 3, 1500)
+        sender.join(180)
+        assert not sender.is_alive()
+        result = run.commit(3)
+        print(f"full queues: epoch {result.epoch}, rollback to {result.rolled_back_to}")
         assert run.state() == expected(run.batches)

@@ -54,3 +54,48 @@ def test_non_loopback_bind_without_secret_warns_loudly(caplog: pytest.LogCapture
         secured.term()
     finally:
         ctx.term()
+
+
+def test_groups_a_restarted_server_had_received_are_reported_failed_at_once() -> None:
+    """A server that restarted lost what it had accepted: waiting for its ack would last ackTimeoutMs."""
+    from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+
+    conf = {
+        "storm.messaging.transport": "tcp",
+        "storm.messaging.tcp.min_wait_ms": 5,
+        "storm.messaging.tcp.max_wait_ms": 50,
+    }
+    server_ctx, client_ctx = make_context(conf), make_context(conf)
+    held: list[object] = []
+
+    class Holding:  # accepts, never reports PROCESSED (as a worker whose trees are still running)
+        def recv(self, batch: object) -> None:
+            pass
+
+        def recv_group(self, header: BatchHeader, batch: object, done: object) -> None:
+            held.append(done)
+            done(ACCEPTED)  # type: ignore[operator]
+
+        def recv_request(self, op: int, body: bytes, reply: object) -> None:
+            pass
+
+    from spark_storm.messaging.api import IConnectionCallback
+
+    callback = type("HoldingCallback", (Holding, IConnectionCallback), {})()
+    try:
+        server = server_ctx.bind("t", 0, callback)
+        port = server.port
+        client = client_ctx.connect("t", "127.0.0.1", port)
+        assert client.wait_ready(10)
+        header = BatchHeader("q", 0, 0, 0, 1, PROCESSED)
+        client.send_group(header, [TaskMessage(1, b"x")])
+        wait_until(lambda: held, what="the group at the server")
+        assert client.flush(10)  # receipted: the client will not resend it
+        server.close()  # the server "restarts" on the same port, with no memory of the session
+        server = server_ctx.bind("t", port, callback)
+        wait_until(lambda: client.status is ConnectionStatus.READY, what="the reconnect")
+        got = client.wait_acks([header.key], PROCESSED, 10)
+        assert got == {header.key: FAILED}  # at once, not after the 10 s
+    finally:
+        client_ctx.term()
+        server_ctx.term()

@@ -22,14 +22,16 @@ from spark_storm.state.files import EmbeddedBackend
 from spark_storm.topology import Plan, Slot
 
 
-def ledger_topology(tmp: Path, *, batch: bool = False, name: str = "ledger", **conf: Any) -> Path:
+def ledger_topology(
+    tmp: Path, *, batch: bool = False, name: str = "ledger", conf: dict[str, Any] | None = None
+) -> Path:
     """in (source, 2 tasks) -> mid (pass-through, 2) -> ledger (stateful, 4 tasks, fields key)."""
     topo = {
         "name": name,
         "conf": {
             "topology.state.provider.config": {"dir": str(tmp / "state")},
             "topology.state.checkpoint.interval.ms": 0,
-            **conf,
+            **(conf or {}),
         },
         "components": [
             {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": 2},

@@ -84,3 +84,11 @@ def test_secret_from_file_and_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="is empty"):
         Config.of({"storm.messaging.auth.secret.file": str(tmp_path / "empty")}).auth_secret()
     assert "hush" not in repr(Config.of({"storm.messaging.auth.secret": "hush"}))
+
+
+def test_the_defaults_file_names_each_key_once() -> None:
+    """YAML lets a repeated key silently win over the first; a merge that doubled a block must fail here."""
+    lines = (ROOT / "spark_storm" / "defaults.yaml").read_text().splitlines()
+    keys = [line.split(":", 1)[0] for line in lines if line and not line.startswith(("#", " ")) and ":" in line]
+    doubled = sorted({k for k in keys if keys.count(k) > 1})
+    assert doubled == []
