@@ -4,6 +4,7 @@
 
     StormError                          root: ``except StormError`` catches everything we raise
     +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
+    +-- MissingExtraError (ImportError) an optional part is used but its extra is not installed; names it
     +-- WireFormatError                 bytes on a connection are not a valid frame stream
     +-- ReportFormatError (ValueError)  a heartbeat or /health record is not of the shape a worker writes
     +-- TransportError                  something went wrong with a context or connection
@@ -43,6 +44,7 @@ __all__ = [
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "MissingExtraError",
     "MultilangError",
     "NoNimbusError",
     "ReportFormatError",
@@ -71,6 +73,10 @@ class StormError(Exception):
 
 class ConfigError(StormError, ValueError):
     """A configuration key or option holds a value we cannot use."""
+
+
+class MissingExtraError(StormError, ImportError):
+    """An optional part is used, but the extra that installs its library is not (``pip install 'spark-storm[x]'``)."""
 
 
 class WireFormatError(StormError):

@@ -114,3 +114,14 @@ def browser() -> Iterator[Any]:
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the Spark Connect tier (tests/connect) last.
+
+    Its local Connect server runs in this process's one Spark JVM, and stopping it (the
+    module fixture's ``stop()``, which stops the server's classic session too) left the py4j
+    gateway unusable for the classic sessions of later modules in the full run ("SparkConf
+    does not exist in the JVM"); after every classic module it stops nothing they need.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("connect") is not None)

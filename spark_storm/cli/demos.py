@@ -11,7 +11,7 @@ from typing import Any
 
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, load_config
 from spark_storm.messaging import MessageBatch, TaskMessage
-from spark_storm.transport import make_context
+from spark_storm.transport import make_context, resolve_transport
 
 __all__ = ["spark_demo", "transport_demo"]
 
@@ -41,6 +41,7 @@ def transport_demo(args: argparse.Namespace) -> int:
     if args.transport == "local":
         print("the local transport is in-process only; the demo uses two processes: pick tcp or zmq")
         return 2
+    resolve_transport(args.transport)  # here, not in the receiver process: a missing extra is one line
     spawn = mp.get_context("spawn")
     port_r, port_w = spawn.Pipe(duplex=False)
     report, child_end = spawn.Pipe()

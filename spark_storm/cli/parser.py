@@ -9,6 +9,7 @@ import sys
 from spark_storm import __version__
 from spark_storm.cli import admin, daemons, demos, servers
 from spark_storm.errors import StormError
+from spark_storm.extras import missing_extra
 from spark_storm.transport import TRANSPORT_ALIASES
 
 __all__ = ["build_parser", "main"]
@@ -174,4 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except StormError as exc:
         print(f"spark-storm: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an optional part used without its extra: one line naming it
+        error = missing_extra(exc, f"spark-storm {args.command}")
+        if error is None:
+            raise
+        print(f"spark-storm: {error}", file=sys.stderr)
         return 2

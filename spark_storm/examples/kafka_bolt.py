@@ -29,6 +29,9 @@ __all__ = ["KafkaExactResultBolt", "KafkaResultBolt"]
 
 
 def _producer(conf: Mapping[str, Any], context: TopologyContext) -> tuple[Any, str, Any]:
+    from spark_storm.extras import require
+
+    require("kafka", "a Kafka result bolt")
     from kafka import KafkaProducer
 
     bootstrap, topic = conf.get("kafka.bootstrap"), conf.get("kafka.topic")

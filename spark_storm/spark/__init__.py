@@ -2,27 +2,46 @@
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from typing import Any
 
+from spark_storm.spark.connect import ServerPackageError, check_server, is_connect, ship
 from spark_storm.spark.datasource import StormDataSource
 from spark_storm.spark.foreach import StormForeachWriter, storm_foreach
 from spark_storm.spark.options import StormOptions
 from spark_storm.spark.sink import StormSink, storm_sink
 
 __all__ = [
+    "ServerPackageError",
     "StormDataSource",
     "StormForeachWriter",
     "StormOptions",
     "StormSink",
+    "check_server",
+    "is_connect",
     "register",
+    "ship",
     "storm_foreach",
     "storm_sink",
 ]
 
 
-def register(spark: SparkSession) -> None:
-    """Register ``format("storm")`` on ``spark``.
+def register(spark: Any, *, check: bool = True) -> None:
+    """Register ``format("storm")`` on ``spark``, a classic or a Spark Connect session.
 
-    Not needed when spark-storm is installed: Spark finds the ``pyspark_storm`` module by itself.
+    Not needed when spark-storm was installed before Spark started, where Spark runs its
+    Python workers: Spark finds the ``pyspark_storm`` module by itself.  Needed after a
+    ``%pip install`` into a running session, and for a copy shipped with :func:`ship`.
+
+    On a Spark Connect session the data source is registered for that session on the
+    server, and (``check``) one tiny job first checks that the server's Python workers can
+    import spark-storm, the same version as this client.
+
+    Raises
+    ------
+    ServerPackageError
+        Spark Connect: the server's Python workers cannot import spark-storm (the message
+        names their Python and the fixes: install it there, or ``ship(spark)``).
     """
+    if check and is_connect(spark):
+        check_server(spark)
     spark.dataSource.register(StormDataSource)

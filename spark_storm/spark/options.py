@@ -241,6 +241,9 @@ def _from_zookeeper(spec: str, topology: str, conf: dict[str, Any], settle_s: fl
     ``topology`` is the submitted name, or a topology YAML whose name is used (the definition
     that counts is the submitted one: the workers run it).
     """
+    from spark_storm.extras import require
+
+    require("kazoo", "option 'zookeeper' (cluster mode)")
     from spark_storm.cluster.records import check_topology_name
     from spark_storm.cluster.session import ZooKeeperAddress
     from spark_storm.spark.assignments import current_assignment

@@ -7,10 +7,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DELTA_CONF", "connector_jars", "local_session"]
+__all__ = ["DELTA_CONF", "connect_session", "connector_jars", "local_session"]
 
 #: What a session needs to use Delta Lake (the jars come from spark.jars, never a download).
 DELTA_CONF = {
@@ -81,6 +82,49 @@ def local_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR" if quiet else "WARN")
     return spark
+
+
+def connect_session(
+    app: str,
+    master: str = "local[2,4]",
+    *,
+    jars: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """Start pyspark's own local Spark Connect server on ``master`` and return a Connect client session.
+
+    What ``SparkSession.builder.remote("local[2,4]")`` does (the ``connect`` extra of pyspark;
+    its pip wheel has no ``start-connect-server.sh``), with three differences a local server
+    running spark-storm needs: its Python workers run this interpreter (``PYSPARK_PYTHON``,
+    unless set); ``conf`` and ``jars`` are given to the server when it starts, as static
+    settings must be (set on a Connect session they only draw a ``CANNOT_MODIFY_CONFIG``
+    warning); and the server binds a free port, not 15002, so that several processes can
+    each run one.  ``stop()`` on the session stops the server too, as with ``remote``.
+    """
+    from pyspark.sql import SparkSession as ClassicSession
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    server_conf = {
+        "spark.app.name": app,
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.connect.grpc.binding.port": "0",
+        **({"spark.jars": ",".join(jars)} if jars else {}),
+        **(conf or {}),
+    }
+    # pyspark's own start of its local server (what remote("local[...]") calls), then the
+    # port the server bound, read as pyspark's own tests do.
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"  # so that the session's stop() stops the server
+    RemoteSession._start_connect_server(master, server_conf)
+    server = ClassicSession._instantiatedSession
+    assert server is not None
+    service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    port = getattr(service, "MODULE$").localPort()
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    # The token _start_connect_server made is in SPARK_CONNECT_AUTHENTICATE_TOKEN, which the client reads.
+    return RemoteSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
 
 def job_session(app: str, jars_dir: str | Path, *, kafka: bool = False, delta: bool = False) -> SparkSession:

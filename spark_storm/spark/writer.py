@@ -215,6 +215,13 @@ def route_batch(options: StormOptions, router: Router, rb: pa.RecordBatch) -> di
     return by_slot
 
 
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """``pa.concat_batches`` (pyarrow >= 19), also on pyarrow 18 (the floor: a runtime's own pyarrow)."""
+    if hasattr(pa, "concat_batches"):
+        return pa.concat_batches(batches)
+    return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
 def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
     """Join consecutive record batches until each holds at least ``rows`` rows (the last may hold fewer).
 
@@ -234,10 +241,10 @@ def coalesce(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Record
         held.append(rb)
         count += rb.num_rows
         if count >= rows:
-            yield held[0] if len(held) == 1 else pa.concat_batches(held)
+            yield held[0] if len(held) == 1 else _concat(held)
             held, count = [], 0
     if held:
-        yield held[0] if len(held) == 1 else pa.concat_batches(held)
+        yield held[0] if len(held) == 1 else _concat(held)
 
 
 #: Cluster mode: a group's sequence is ``joined batch index << _TASK_BITS | position of its task``.

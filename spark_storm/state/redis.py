@@ -242,6 +242,9 @@ class RedisBackend(StateBackend):
     durable = True
 
     def __init__(self, topology: str, url: str, prefix: str = "spark-storm", connect_timeout_s: float = 5.0) -> None:
+        from spark_storm.extras import require
+
+        require("redis", "topology.state.provider: redis")
         import redis
 
         self.url = url

@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config
 from spark_storm.errors import TransportInitError, UnknownTransportError
+from spark_storm.extras import extra_for
 from spark_storm.messaging.api import IContext
 
 __all__ = ["TRANSPORT_ALIASES", "make_context", "resolve_transport"]
@@ -45,7 +46,9 @@ def _import_target(name: str, target: str) -> object:
             if exc.name is not None and module_name.startswith(exc.name):
                 msg = f"transport {name!r}: no module named {exc.name!r}; check the dotted path"
                 raise UnknownTransportError(msg) from exc
-            msg = f"transport {name!r}: module {module_name!r} needs {exc.name!r}, which is not installed"
+            extra = extra_for(exc.name)
+            hint = f": pip install 'spark-storm[{extra}]'" if extra else ""
+            msg = f"transport {name!r}: module {module_name!r} needs {exc.name!r}, which is not installed{hint}"
             raise TransportInitError(msg) from exc
         # "pkg.mod.Class": the last part may be an attribute, not a module.
         module_name, _, attr = target.rpartition(".")

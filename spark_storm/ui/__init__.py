@@ -9,13 +9,16 @@ cluster through a :class:`ClusterSource` (:class:`LocalClusterSource` for heartb
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from spark_storm.cluster.state import ClusterState
 from spark_storm.config import Config
 from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.server import UIServer
 from spark_storm.ui.source import ClusterSource, ClusterView, NimbusInfo, SupervisorView, TopologyRef, WorkerRef
-from spark_storm.ui.zookeeper import ZooKeeperSource
+
+if TYPE_CHECKING:  # cluster mode needs kazoo (the `cluster` extra): imported when used, not with the UI
+    from spark_storm.cluster.state import ClusterState
+    from spark_storm.ui.zookeeper import ZooKeeperSource
 
 __all__ = [
     "ClusterSource",
@@ -63,6 +66,12 @@ def zookeeper_ui(
     to share (a nimbus's own; left open).  Workers are judged by nimbus's rules, with the
     ``nimbus.task.*`` timeouts of that session's configuration.
     """
+    from spark_storm.extras import require
+
+    require("kazoo", "the UI over a cluster (ZooKeeper)")
+    from spark_storm.cluster.state import ClusterState
+    from spark_storm.ui.zookeeper import ZooKeeperSource
+
     if isinstance(zookeeper, ClusterState):
         source = ZooKeeperSource(zookeeper)
     else:
@@ -72,3 +81,12 @@ def zookeeper_ui(
     except BaseException:  # the ZooKeeper session goes with it; the error is re-raised
         source.close()
         raise
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ZooKeeperSource":
+        from spark_storm.ui.zookeeper import ZooKeeperSource
+
+        return ZooKeeperSource
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
