@@ -98,11 +98,29 @@ def spark_demo(args: argparse.Namespace) -> int:
     """``spark-storm demo``: local Spark streaming sentences into a wordcount topology."""
     try:
         from spark_storm.spark.demo import run_demo
+        from spark_storm.spark.demo_windows import run_windows_demo
     except ImportError as exc:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
+    if args.windows:
+        if args.arrow:
+            print("spark-storm demo: --windows runs the tuple topology; drop --arrow", file=sys.stderr)
+            return 2
+        if args.window <= 0:
+            print(
+                f"spark-storm demo: --window {args.window}: give the window's length in seconds (> 0)", file=sys.stderr
+            )
+            return 2
+        return run_windows_demo(
+            args.seconds,
+            args.rows_per_second,
+            args.workers,
+            window_s=args.window,
+            verbose=args.verbose,
+            kill_worker=args.kill_worker,
+        )
     return run_demo(
-        args.seconds,
+        30.0 if args.seconds is None else args.seconds,
         args.rows_per_second,
         args.workers,
         arrow=args.arrow,

@@ -23,12 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR")
     sub = parser.add_subparsers(dest="command", required=True)
     sdemo = sub.add_parser("demo", help="local Spark -> format('storm') -> 2-worker wordcount, live progress")
-    sdemo.add_argument("--seconds", type=float, default=30.0, help="how long to stream (Ctrl-C stops early)")
+    sdemo.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="how long to stream (Ctrl-C stops early); default 30, with --windows two windows and 15 s",
+    )
     sdemo.add_argument(
         "--rows-per-second", type=int, default=None, help="sentences per second (default 2000; 40000 with --arrow)"
     )
     sdemo.add_argument("--workers", type=int, default=2)
     sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
+    sdemo.add_argument(
+        "--windows",
+        action="store_true",
+        help="top words per minute of event time (a windowed bolt), checked against Spark",
+    )
+    sdemo.add_argument("--window", type=int, default=60, metavar="SECONDS", help="with --windows: the window's length")
     sdemo.add_argument("--verbose", action="store_true", help="also Spark's progress bar and its INFO/WARN log")
     sdemo.add_argument(
         "--kill-worker", action="store_true", help="SIGKILL a worker half-way and restart it: the counts stay exact"

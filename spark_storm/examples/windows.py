@@ -15,6 +15,7 @@ by it (:class:`WindowResults`, or ``results_to_delta.py --merge-key id``) stays 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -23,12 +24,26 @@ import pyarrow as pa
 
 from spark_storm.codec.tuples import Tuple
 from spark_storm.state.kv import KeyValueState
-from spark_storm.worker.bolt import BatchOutputCollector, TopologyContext
+from spark_storm.worker.bolt import BatchOutputCollector, Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.stateful import StatefulBolt
 from spark_storm.worker.windowed import TupleWindow, WindowedBolt
 from spark_storm.worker.windowed_batch import BatchWindow, WindowedBatchBolt
 
-__all__ = ["TopWords", "WindowCount", "WindowCountBatch", "WindowCountTuples", "WindowResults"]
+__all__ = ["SplitWithTime", "TopWords", "WindowCount", "WindowCountBatch", "WindowCountTuples", "WindowResults"]
+
+_WORD = re.compile(r"[\w']+")
+
+
+class SplitWithTime(Bolt):
+    """(sentence, ts) -> one (word, ts) per lower-cased word: the event time travels with each word."""
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            return
+        ts = tup.get("ts")
+        for word in _WORD.findall(str(tup.get("sentence")).lower()):
+            self.collector.emit([word, ts], anchors=tup)
+        self.collector.ack(tup)
 
 
 class WindowCount(WindowedBolt):
@@ -93,7 +108,10 @@ class WindowCountBatch(WindowedBatchBolt):
 
 
 class TopWords(WindowedBolt):
-    """(start, end, top, words) per window: the ``top.n`` commonest words as JSON (component conf)."""
+    """(start, end, top, words, id) per window: its commonest words, its word count and its id.
+
+    ``top`` is JSON ``[[word, count], ...]`` of the ``top.n`` commonest words (component conf).
+    """
 
     def zero(self) -> dict[str, int]:
         return {}
@@ -112,15 +130,25 @@ class TopWords(WindowedBolt):
     def execute_window(self, window: TupleWindow) -> None:
         counts = Counter(window.value)
         top = counts.most_common(int(self.conf.get("top.n", 5)))
-        self.collector.emit([window.start, window.end, json.dumps(top), sum(counts.values())])
+        self.collector.emit([window.start, window.end, json.dumps(top), sum(counts.values()), window.id])
 
 
 class WindowResults(StatefulBolt):
     """A sink that keeps every window's result by its id in checkpointed state.
 
     A window emitted again (a replay) must carry the same values; one that does not is
-    counted under the ``conflicts`` key, so a test can assert none ever happened.
+    counted under the ``conflicts`` key, so a test can assert none ever happened.  With
+    ``results.file`` (component conf), each window this process has not seen yet is also
+    appended to that file as a JSON line ``{"id": ..., "values": [...]}`` as it arrives,
+    before it is committed (the demo prints windows from it as they close); a replay may
+    append a window again, with the same values.
     """
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        path = conf.get("results.file")
+        self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 (closed in cleanup)
+        self._written: set[str] = set()
 
     def init_state(self, state: KeyValueState) -> None:
         self.results = state
@@ -135,4 +163,13 @@ class WindowResults(StatefulBolt):
             self.results.put("conflicts", self.results.get("conflicts", 0) + 1)
             self.results.put(["conflict", wid], [seen, values])
         self.results.put(["window", wid], values)
+        if self._file is not None and wid not in self._written:
+            self._written.add(wid)
+            self._file.write(json.dumps({"id": wid, "values": values}) + "\n")
+            self._file.flush()
         self.collector.ack(tup)
+
+    def cleanup(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        super().cleanup()

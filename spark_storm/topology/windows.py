@@ -53,6 +53,7 @@ WATERMARK_INTERVAL_KEY: Final = "topology.bolts.watermark.event.interval.ms"
 LATE_STREAM_KEY: Final = "topology.bolts.late.tuple.stream"
 SESSION_GAP_KEY: Final = "topology.bolts.window.session.gap.ms"
 KEY_FIELDS_KEY: Final = "topology.bolts.window.key.fields"
+CHECKPOINT_INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
 
 #: The keys that make a component windowed (the rest have topology-wide defaults).
 _SHAPE_KEYS: Final = (LENGTH_COUNT_KEY, LENGTH_DURATION_KEY, SESSION_GAP_KEY)
@@ -228,6 +229,12 @@ class WindowSpec:
         Where tuples older than the watermark go; None: counted and dropped.
     key : tuple of str
         Fields keying the windows (one window per key); empty: one per task.
+    epoch_watermark : bool
+        Event time: the watermark moves at checkpoint epochs (every input channel delivered
+        the epoch, as Spark moves its watermark between micro-batches), so tuples that the
+        parallel tasks upstream reorder within an epoch are never late; False (the topology
+        takes no checkpoints, ``topology.state.checkpoint.interval.ms: 0``): at every tuple,
+        as Storm does.
     """
 
     kind: str
@@ -238,6 +245,7 @@ class WindowSpec:
     watermark_interval_ms: int = DEFAULT_WATERMARK_INTERVAL_MS
     late_stream: str | None = None
     key: tuple[str, ...] = ()
+    epoch_watermark: bool = True
 
     @property
     def event_time(self) -> bool:
@@ -377,6 +385,7 @@ def window_spec(
         watermark_interval_ms=interval,
         late_stream=late,
         key=tuple(key_fields),
+        epoch_watermark=bool(merged.get(CHECKPOINT_INTERVAL_KEY, 1)),
     )
 
 

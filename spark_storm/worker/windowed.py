@@ -85,6 +85,34 @@ def windowed_spec(conf: Mapping[str, Any], context: TopologyContext, kind: str) 
     return spec
 
 
+#: An input channel: (component, stream, upstream task); task -1 stands for any task.
+Channel = tuple[str, str, int]
+
+
+def input_channels(context: TopologyContext, inputs: list[tuple[str, str, tuple[str, ...]]]) -> dict[Channel, int]:
+    """Return the watermark slot of every input channel: (component, stream, upstream task).
+
+    A source component's channel is the client's, whatever task it names (-1).
+    """
+    assert context.plan is not None
+    channels: dict[Channel, int] = {}
+    for component, stream, _fields in inputs:
+        tasks = context.plan.component_tasks.get(component)
+        for task in tasks if tasks else (-1,):
+            channels[(component, stream, task)] = len(channels)
+    return channels
+
+
+def channel_slot(channels: dict[Channel, int], watermark: Watermark, component: str, stream: str, task: int) -> int:
+    """Return the slot of a channel, adding one for an upstream task the plan did not name."""
+    slot = channels.get((component, stream, task))
+    if slot is None:
+        slot = channels.get((component, stream, -1))
+    if slot is None:
+        slot = channels[(component, stream, task)] = watermark.add_channel()
+    return slot
+
+
 def window_inputs(context: TopologyContext) -> list[tuple[str, str, tuple[str, ...]]]:
     """Return the (component, stream, fields) of every input of the task's component, in declaration order."""
     assert context.plan is not None
@@ -315,7 +343,8 @@ class _TupleWindows:
         self.reduce = _aggregating(bolt, WindowedBolt)
         self.prefix = f"{context.component_id}/{context.task_id}"
         self.inputs = window_inputs(context)
-        self.watermark = Watermark(len(self.inputs), spec.lag_ms)
+        self.channels = input_channels(context, self.inputs)
+        self.watermark = Watermark(len(self.channels), spec.lag_ms, spec.epoch_watermark)
         self.event_time = spec.event_time
         self.late = 0
         self.fired_count = 0
@@ -368,11 +397,7 @@ class _TupleWindows:
                 f"key field(s) {missing} (fields {list(source.fields)})"
             )
             raise WindowError(msg)
-        slot = 0
-        for i, (component, stream, _fields) in enumerate(self.inputs):
-            if component == source.component and stream == source.stream:
-                slot = i
-                break
+        slot = channel_slot(self.channels, self.watermark, source.component, source.stream, source.task)
         ident = (source.component, source.task, source.stream)
         if ident not in self._sources:
             self._sources.append(ident)
@@ -423,6 +448,8 @@ class _TupleWindows:
             return None
         wm = self.watermark
         if self.event_time:
+            if not wm.active[info.slot]:
+                wm.sent(info.slot)
             if ts < wm.value:
                 self._late(tup)
                 self.collector.ack(tup)
@@ -434,12 +461,11 @@ class _TupleWindows:
         return ts
 
     def tick(self) -> None:
-        """Fire the processing-time windows that ended (every watermark interval)."""
-        if self.event_time:
-            return
-        now = time.time_ns() // 1_000_000
-        if now > self.watermark.value:
-            self.watermark.value = now
+        """Fire the windows that ended (every watermark interval): by the clock, or by an epoch's watermark."""
+        if not self.event_time:
+            now = time.time_ns() // 1_000_000
+            if now > self.watermark.value:
+                self.watermark.value = now
         self.anchoring.anchor = None
         self._evaluate()
 
@@ -670,6 +696,8 @@ class _TupleWindows:
 
     def save(self, state: KeyValueState, txid: int) -> None:
         """Put what changed since the last checkpoint into the state (before epoch ``txid`` is written)."""
+        if self.event_time:
+            self.watermark.epoch()  # an aligned barrier: every channel delivered the epoch
         kind = self.spec.kind
         if kind == "duration":
             for pane in sorted(self._dirty):
@@ -764,10 +792,10 @@ class _TupleWindows:
         self._srcs.clear()
         meta = state.get([WINDOW_PREFIX, "meta"]) or {}
         self._sources = [(str(c), int(t), str(s)) for c, t, s in meta.get("sources", [])]
-        self.watermark = Watermark(len(self.inputs), self.spec.lag_ms)
+        self.watermark = Watermark(len(self.channels), self.spec.lag_ms, self.spec.epoch_watermark)
         if meta:
             if self.event_time:
-                self.watermark.restore(list(meta.get("maxes", [])))
+                self.watermark.restore(list(meta.get("maxes", [])), int(meta.get("clock", NO_TIME)))
             else:
                 self.watermark.value = int(meta.get("clock", NO_TIME))
         self.fired = int(meta.get("fired", NO_TIME))

@@ -48,7 +48,7 @@ from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.topology.windows import WindowSpec
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
 from spark_storm.worker.stateful import StatefulComponent
-from spark_storm.worker.windowed import WINDOW_PREFIX, window_inputs, windowed_spec
+from spark_storm.worker.windowed import WINDOW_PREFIX, channel_slot, input_channels, window_inputs, windowed_spec
 from spark_storm.worker.windowing import (
     NO_TIME,
     Session,
@@ -253,6 +253,7 @@ class _BatchWindows:
         self.context = context
         self.prefix = f"{context.component_id}/{context.task_id}"
         self.inputs = window_inputs(context)
+        self.channels = input_channels(context, self.inputs)
         if len(spec.key) > 1 or (spec.key and spec.kind != "session"):
             msg = (
                 f"component {context.component_id!r}: a WindowedBatchBolt gets each window as one table of all "
@@ -261,7 +262,7 @@ class _BatchWindows:
             )
             raise ConfigError(msg)
         self.combines = type(bolt).combine is not WindowedBatchBolt.combine
-        self.watermark = Watermark(len(self.inputs), spec.lag_ms)
+        self.watermark = Watermark(len(self.channels), spec.lag_ms, spec.epoch_watermark)
         self.event_time = spec.event_time
         self.late = 0
         self.bad_times = 0
@@ -303,11 +304,7 @@ class _BatchWindows:
         if spec.key and spec.key[0] not in index:
             msg = f"window of {self.prefix}: batches from {source.component!r} have no key field {spec.key[0]!r}"
             raise WindowError(msg)
-        slot = 0
-        for i, (component, stream, _fields) in enumerate(self.inputs):
-            if component == source.component and stream == source.stream:
-                slot = i
-                break
+        slot = channel_slot(self.channels, self.watermark, source.component, source.stream, source.task)
         info = self._srcs[source] = _Src(
             index[spec.timestamp_field] if spec.timestamp_field is not None else -1,
             index[spec.key[0]] if spec.key else -1,
@@ -343,6 +340,8 @@ class _BatchWindows:
             self.collector_report(f"{exc} ({data.num_rows} rows dropped)")
             return None
         wm = self.watermark
+        if not wm.active[info.slot]:
+            wm.sent(info.slot)
         if wm.value > NO_TIME and len(ts):
             late = ts < wm.value
             if late.any():
@@ -382,11 +381,11 @@ class _BatchWindows:
         self.collector.ack(batch)
 
     def tick(self) -> None:
-        if self.event_time:
-            return
-        now = time.time_ns() // 1_000_000
-        if now > self.watermark.value:
-            self.watermark.value = now
+        """Fire the windows that ended: by the clock, or (event time) by a watermark an epoch raised."""
+        if not self.event_time:
+            now = time.time_ns() // 1_000_000
+            if now > self.watermark.value:
+                self.watermark.value = now
         self.anchoring.anchor = None
         kind = self.spec.kind
         if kind == "duration" and self.watermark.value >= self._next_end:
@@ -585,6 +584,8 @@ class _BatchWindows:
 
     # --- state -----------------------------------------------------------------------------------------
     def save(self, state: KeyValueState, txid: int) -> None:
+        if self.event_time:
+            self.watermark.epoch()  # an aligned barrier: every channel delivered the epoch
         kind = self.spec.kind
         if kind == "duration":
             for pane, batches in sorted(self._unsaved.items()):
@@ -641,10 +642,10 @@ class _BatchWindows:
         self._count_dirty = False
         self.sessions.clear()
         meta = state.get([WINDOW_PREFIX, "meta"]) or {}
-        self.watermark = Watermark(len(self.inputs), self.spec.lag_ms)
+        self.watermark = Watermark(len(self.channels), self.spec.lag_ms, self.spec.epoch_watermark)
         if meta:
             if self.event_time:
-                self.watermark.restore(list(meta.get("maxes", [])))
+                self.watermark.restore(list(meta.get("maxes", [])), int(meta.get("clock", NO_TIME)))
             else:
                 self.watermark.value = int(meta.get("clock", NO_TIME))
         self.fired = int(meta.get("fired", NO_TIME))

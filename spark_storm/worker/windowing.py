@@ -68,34 +68,85 @@ def event_ms(value: Any, field: str) -> int:
 
 
 class Watermark:
-    """The newest event time per input and the watermark: their minimum minus ``lag``.
+    """The newest event time per input channel and the watermark: their minimum minus ``lag``.
 
-    Until every input has sent an event the watermark stays at :data:`NO_TIME` (Storm waits
-    for every input stream likewise), so no window closes on one input's word alone.
+    A channel is one upstream task of one input stream (Flink's input channels): each task's
+    tuples arrive in its own order, while two tasks of one component run apart by whatever
+    the parallel work between them takes (a micro-batch, split over tasks) — per stream, as
+    Storm keeps it, a fast task's newest time would make a slow task's tuples late.
+
+    With ``aligned`` the watermark moves only at :meth:`epoch`, called at an aligned
+    checkpoint barrier (every channel delivered the epoch): what the epoch's tuples say, as
+    Spark moves its watermark between micro-batches.  The tasks upstream reorder what one
+    micro-batch holds (its partitions go through several tasks at once), by up to the whole
+    batch; moved per tuple, the watermark would make that reordering late.  Without
+    ``aligned`` (no checkpoints) it moves at every tuple, as in Storm.
+
+    Until every channel has sent an event the watermark stays at :data:`NO_TIME`, so no
+    window closes on one task's word alone.  A channel that sent nothing during a whole
+    epoch is idle and does not hold the watermark back until it sends again; its next
+    tuples older than the watermark are then late (Flink's idleness).
     """
 
-    __slots__ = ("lag", "maxes", "value")
+    __slots__ = ("active", "aligned", "idle", "lag", "maxes", "value")
 
-    def __init__(self, inputs: int, lag: int) -> None:
-        self.maxes = [NO_TIME] * max(1, inputs)
+    def __init__(self, channels: int, lag: int, aligned: bool = False) -> None:
+        n = max(1, channels)
+        self.aligned = aligned
+        self.maxes = [NO_TIME] * n
+        self.active = [False] * n  # sent during the current epoch
+        self.idle = [False] * n
         self.lag = lag
         self.value = NO_TIME
 
+    def add_channel(self) -> int:
+        """Return a new channel's slot (an upstream task the topology did not name)."""
+        self.maxes.append(NO_TIME)
+        self.active.append(False)
+        self.idle.append(False)
+        return len(self.maxes) - 1
+
+    def sent(self, slot: int) -> None:
+        """Channel ``slot`` sent a tuple this epoch (it is not idle)."""
+        self.active[slot] = True
+        if self.idle[slot]:
+            self.idle[slot] = False
+
     def advance(self, slot: int, ts: int) -> None:
-        """Input ``slot`` saw ``ts`` (newer than its maximum)."""
+        """Channel ``slot`` saw ``ts`` (newer than its maximum)."""
         maxes = self.maxes
         maxes[slot] = ts
-        low = ts if len(maxes) == 1 else min(maxes)
+        if self.aligned:
+            return
+        if len(maxes) == 1:
+            self._raise(ts)
+        else:
+            self._recompute()
+
+    def epoch(self) -> None:
+        """End an aligned epoch: channels that sent nothing in it become idle."""
+        self.idle = [not a for a in self.active]
+        self.active = [False] * len(self.maxes)
+        self._recompute()
+
+    def _recompute(self) -> None:
+        idle = self.idle
+        live = [m for i, m in enumerate(self.maxes) if not idle[i]]
+        if live:
+            self._raise(min(live))
+
+    def _raise(self, low: int) -> None:
         if low != NO_TIME:
             value = low - self.lag
             if value > self.value:
                 self.value = value
 
-    def restore(self, maxes: list[int]) -> None:
+    def restore(self, maxes: list[int], clock: int) -> None:
+        """Put back the channels' maxima and the watermark (``clock``) a checkpoint saved."""
         if len(maxes) == len(self.maxes):
             self.maxes = [int(m) for m in maxes]
-        low = min(self.maxes)
-        self.value = NO_TIME if low == NO_TIME else low - self.lag
+        self.value = int(clock)
+        self._recompute()
 
 
 def first_open_start(fired: int, length: int, slide: int) -> int:

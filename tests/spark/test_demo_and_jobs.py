@@ -42,6 +42,19 @@ def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
     assert "UI: http://127.0.0.1:" in out.stdout
 
 
+def test_the_windows_demo_prints_windows_as_they_close_and_each_equals_sparks() -> None:
+    args = ["demo", "--windows", "--window", "3", "--seconds", "12", "--rows-per-second", "300", "--kill-worker"]
+    out = subprocess.run([sys.executable, "-m", "spark_storm.cli", *args], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "SIGKILLed worker" in out.stdout
+    closed = [line for line in out.stdout.splitlines() if line.startswith("window ")]
+    assert closed, out.stdout[-3000:]
+    assert all(" words  top: " in line for line in closed)
+    committed = int(out.stdout.split("windows closed and committed: ")[1].split()[0])
+    assert committed >= 2
+    assert f"windows exact: OK ({committed} windows" in out.stdout
+
+
 def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> None:
     from spark_storm.spark.demo import _logs_line
 

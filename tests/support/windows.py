@@ -74,18 +74,22 @@ class Harness:
         conf: Mapping[str, Any] | None = None,
         late: bool = False,
         sources: Sequence[str] = ("in",),
+        source_tasks: int = 1,
     ) -> None:
         builder = TopologyBuilder("windows")
         for name in sources:
-            builder.source(name, list(fields))
+            builder.source(name, list(fields), parallelism=source_tasks)
         outputs = {"late": list(fields)} if late else None
         inputs = [Input(name) for name in sources]
         builder.bolt("w", bolt, inputs, fields=list(OUT), outputs=outputs, conf=dict(conf or {}), window=dict(window))
         self.topology = builder.build()
         self.plan = plan(self.topology, "127.0.0.1:6700")
         self.component = self.topology.components["w"]
-        self.conf = {**self.topology.conf, **self.component.conf}
-        self.sources = {name: TupleSource(name, i + 1, "default", fields) for i, name in enumerate(sources)}
+        # the watermark at every tuple unless a test asks for checkpoint epochs (its conf)
+        self.conf = {"topology.state.checkpoint.interval.ms": 0, **self.topology.conf, **self.component.conf}
+        self.sources = {
+            name: TupleSource(name, self.plan.component_tasks[name][0], "default", fields) for name in sources
+        }
         self.source = self.sources[sources[0]]
         self.task = self.plan.component_tasks["w"][0]
         self.checkpoints: dict[int, dict[Any, Any]] = {}
@@ -105,8 +109,12 @@ class Harness:
         self.bolt.init_state(state)
         self.bolt._state_restored(state)
 
-    def send(self, rows: Iterable[Sequence[Any]], source: str | None = None) -> None:
+    def send(self, rows: Iterable[Sequence[Any]], source: str | None = None, task: int = 0) -> None:
+        """Feed ``rows`` from ``source``'s ``task``-th task (its first by default)."""
         origin = self.sources[source] if source else self.source
+        if task:
+            name = origin.component
+            origin = TupleSource(name, self.plan.component_tasks[name][task], "default", origin.fields)
         for row in rows:
             self.bolt.execute(Tuple(list(row), origin))
 

@@ -236,6 +236,52 @@ def test_with_two_inputs_the_watermark_is_the_slower_ones() -> None:
     assert h.windows == {(1000, 2000, None): 2}
 
 
+def test_each_upstream_task_is_a_channel_of_its_own() -> None:
+    # Two tasks of one input run apart (a micro-batch split over them): per stream, task 0's
+    # newest time would make task 1's older tuples late; per task they are on time.
+    h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"}, source_tasks=2)
+    h.send([[1000, "x", 0], [5000, "x", 1]], task=0)
+    assert h.windows == {}  # task 1 has sent nothing yet
+    h.send([[1100, "y", 2], [1900, "y", 3], [2500, "y", 4]], task=1)
+    assert h.windows == {(1000, 2000, None): 3}
+    assert h.bolt.window_metrics()["late"] == 0
+
+
+def test_a_task_idle_for_a_whole_epoch_stops_holding_the_watermark() -> None:
+    h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"}, source_tasks=2)
+    h.send([[1000, "x", 0], [3000, "x", 1]], task=0)
+    h.checkpoint(1)  # task 1 never sent: the epoch made it idle (it held nothing back before: -inf)
+    h.tick()
+    assert h.windows == {(1000, 2000, None): 1}
+    h.send([[3500, "x", 2]], task=0)
+    h.send([[4000, "y", 3]], task=1)  # back: it holds the watermark again
+    h.checkpoint(2)
+    h.send([[9000, "x", 4]], task=0)
+    assert (3000, 4000, None) in h.windows
+    assert (4000, 5000, None) not in h.windows  # task 1 (at 4000) holds it
+    h.send([[2000, "y", 5]], task=1)  # older than the watermark (3000 - 0): late
+    assert h.bolt.window_metrics()["late"] == 1
+
+
+def test_with_checkpoints_the_watermark_moves_at_epochs_as_sparks_between_batches() -> None:
+    # One micro-batch's rows reach the window in any order (its partitions run through several
+    # tasks at once): none is late, and its windows close once the epoch is delivered.
+    h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"}, conf={"topology.state.checkpoint.interval.ms": 1000})
+    batch = [[ts, "x", i] for i, ts in enumerate([7000, 1000, 4500, 1200, 2999, 6000])]
+    h.send(batch)
+    assert h.windows == {}  # the epoch is not delivered yet
+    h.checkpoint(1)
+    h.tick()
+    assert h.windows == {(1000, 2000, None): 2, (2000, 3000, None): 1, (4000, 5000, None): 1, (6000, 7000, None): 1}
+    h.send([[6500, "x", 9], [7100, "x", 10]])  # the next batch: 6500 < 7000, the watermark: late
+    assert h.bolt.window_metrics()["late"] == 1
+    h.checkpoint(2)
+    h.send([[9000, "x", 11]])
+    h.checkpoint(3)
+    h.tick()
+    assert h.windows[(7000, 8000, None)] == 2
+
+
 # ---------------------------------------------------------------------------------- session windows
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), gap=st.sampled_from([500, 1500, 4000]), reduce=st.booleans())
