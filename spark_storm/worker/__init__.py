@@ -14,12 +14,15 @@ from spark_storm.worker.bolt import (
     TopologyContext,
 )
 from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
+from spark_storm.worker.windowed import TupleWindow, WindowedBolt
+from spark_storm.worker.windowed_batch import BatchWindow, WindowedBatchBolt
 from spark_storm.worker.worker import Worker
 
 __all__ = [
     "BROADCAST_TASK",
     "BatchBolt",
     "BatchOutputCollector",
+    "BatchWindow",
     "Bolt",
     "ColumnarBatch",
     "KeyValueState",
@@ -30,5 +33,8 @@ __all__ = [
     "StatefulBolt",
     "TopologyContext",
     "Tuple",
+    "TupleWindow",
+    "WindowedBatchBolt",
+    "WindowedBolt",
     "Worker",
 ]
