@@ -53,7 +53,7 @@ WATERMARK_INTERVAL_KEY: Final = "topology.bolts.watermark.event.interval.ms"
 LATE_STREAM_KEY: Final = "topology.bolts.late.tuple.stream"
 SESSION_GAP_KEY: Final = "topology.bolts.window.session.gap.ms"
 KEY_FIELDS_KEY: Final = "topology.bolts.window.key.fields"
-CHECKPOINT_INTERVAL_KEY: Final = "topology.state.checkpoint.interval.ms"
+EPOCH_WATERMARK_KEY: Final = "topology.bolts.watermark.at.epochs"
 
 #: The keys that make a component windowed (the rest have topology-wide defaults).
 _SHAPE_KEYS: Final = (LENGTH_COUNT_KEY, LENGTH_DURATION_KEY, SESSION_GAP_KEY)
@@ -232,8 +232,8 @@ class WindowSpec:
     epoch_watermark : bool
         Event time: the watermark moves at checkpoint epochs (every input channel delivered
         the epoch, as Spark moves its watermark between micro-batches), so tuples that the
-        parallel tasks upstream reorder within an epoch are never late; False (the topology
-        takes no checkpoints, ``topology.state.checkpoint.interval.ms: 0``): at every tuple,
+        parallel tasks upstream reorder within an epoch, or a replay after a rollback, are
+        never late; False (``topology.bolts.watermark.at.epochs: false``): at every tuple,
         as Storm does.
     """
 
@@ -376,6 +376,10 @@ def window_spec(
     if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
         msg = f"{where}: {WATERMARK_INTERVAL_KEY} must be milliseconds >= 1, got {interval!r}"
         raise ConfigError(msg)
+    epochs = merged.get(EPOCH_WATERMARK_KEY, True)
+    if not isinstance(epochs, bool):
+        msg = f"{where}: {EPOCH_WATERMARK_KEY} must be true or false, got {epochs!r}"
+        raise ConfigError(msg)
     return WindowSpec(
         kind=kind,
         length=length,
@@ -385,7 +389,7 @@ def window_spec(
         watermark_interval_ms=interval,
         late_stream=late,
         key=tuple(key_fields),
-        epoch_watermark=bool(merged.get(CHECKPOINT_INTERVAL_KEY, 1)),
+        epoch_watermark=epochs,
     )
 
 

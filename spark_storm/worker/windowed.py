@@ -697,7 +697,10 @@ class _TupleWindows:
     def save(self, state: KeyValueState, txid: int) -> None:
         """Put what changed since the last checkpoint into the state (before epoch ``txid`` is written)."""
         if self.event_time:
-            self.watermark.epoch()  # an aligned barrier: every channel delivered the epoch
+            # an aligned barrier: every channel delivered the epoch.  The windows it closes fire
+            # now, so their results go out before the barrier and commit with this epoch.
+            self.watermark.epoch()
+            self.tick()
         kind = self.spec.kind
         if kind == "duration":
             for pane in sorted(self._dirty):

@@ -585,7 +585,10 @@ class _BatchWindows:
     # --- state -----------------------------------------------------------------------------------------
     def save(self, state: KeyValueState, txid: int) -> None:
         if self.event_time:
-            self.watermark.epoch()  # an aligned barrier: every channel delivered the epoch
+            # an aligned barrier: every channel delivered the epoch.  The windows it closes fire
+            # now, so their results go out before the barrier and commit with this epoch.
+            self.watermark.epoch()
+            self.tick()
         kind = self.spec.kind
         if kind == "duration":
             for pane, batches in sorted(self._unsaved.items()):

@@ -85,8 +85,8 @@ class Harness:
         self.topology = builder.build()
         self.plan = plan(self.topology, "127.0.0.1:6700")
         self.component = self.topology.components["w"]
-        # the watermark at every tuple unless a test asks for checkpoint epochs (its conf)
-        self.conf = {"topology.state.checkpoint.interval.ms": 0, **self.topology.conf, **self.component.conf}
+        # the watermark at every tuple (Storm's) unless a test asks for it at checkpoint epochs
+        self.conf = {"topology.bolts.watermark.at.epochs": False, **self.topology.conf, **self.component.conf}
         self.sources = {
             name: TupleSource(name, self.plan.component_tasks[name][0], "default", fields) for name in sources
         }

@@ -266,7 +266,7 @@ def test_a_task_idle_for_a_whole_epoch_stops_holding_the_watermark() -> None:
 def test_with_checkpoints_the_watermark_moves_at_epochs_as_sparks_between_batches() -> None:
     # One micro-batch's rows reach the window in any order (its partitions run through several
     # tasks at once): none is late, and its windows close once the epoch is delivered.
-    h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"}, conf={"topology.state.checkpoint.interval.ms": 1000})
+    h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"}, conf={"topology.bolts.watermark.at.epochs": True})
     batch = [[ts, "x", i] for i, ts in enumerate([7000, 1000, 4500, 1200, 2999, 6000])]
     h.send(batch)
     assert h.windows == {}  # the epoch is not delivered yet
