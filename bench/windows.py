@@ -3,12 +3,13 @@
 Every side is one worker process on loopback fed by this process, a plain client sending
 TaskMessages the way bench/worker.py does.  Events are ``[ts, user, v]``: ``ts`` epoch
 milliseconds (event time), ``user`` one of ``--keys`` keys, ``v`` padding to ~100 bytes a
-tuple or row.  Event time advances evenly over the stream (``--span`` of event time for the
-throughput parts), each event jittered by up to 1 s, within the windows' 5 s lag: no event is
-late (checked: the window metrics of /health must count none late and some windows fired).
-Windowed bolts are stateful: ``embedded`` state (the default provider, a temporary folder per
-run) checkpointed by the worker's own interval coordinator every
-``topology.state.checkpoint.interval.ms`` (1000, the default for plain clients).
+tuple or row.  Event time advances evenly over the stream (--tuples-per-second and
+--rows-per-second of event time in the throughput parts), each event jittered by up to 1 s,
+within the windows' 5 s lag: no event is late (checked: the window metrics of /health must
+count none late and some windows fired).  Windowed bolts are stateful: ``embedded`` state
+(the default provider, a temporary folder per run) checkpointed by the worker's own interval
+coordinator every ``topology.state.checkpoint.interval.ms`` (1000, the default for plain
+clients); a stateful topology also logs what its source tasks accept (docs/state.md).
 
 (a) tuple windows (msgpack tuples, one per message, sent in sends of 1000), best of --rounds,
     sides interleaved per round:
@@ -29,8 +30,8 @@ run) checkpointed by the worker's own interval coordinator every
     bolts with that one change (windows on ``windows``).  Nothing subscribes to the windows
     in any side (their emits are dropped at the collector).
 
-(b) columnar windows (Arrow payloads of --rows-per-message rows, 16 per send), the same
-    five shapes less Storm's way: no-op batch bolt at the source (bench/worker.py's "1 worker,
+(b) columnar windows (Arrow payloads of --rows-per-message rows, 16 per send), the shapes
+    of (a) less Storm's way: the no-op batch bolt at the source (bench/worker.py's "1 worker,
     batch": the baseline), ``WindowCountBatch`` at the source (``count.by: user``, sealed
     panes combined into partial counts, ``window: {length: 60s, sliding: 10s, timestamp_field:
     ts, lag: 5s}``: a batch window holds every key of its task and the bolt groups), and both
@@ -38,8 +39,12 @@ run) checkpointed by the worker's own interval coordinator every
 
 Throughput is tuples (rows) sent / time from the first send until the last component
 executed them all (the workers' /health); every message is built before the clock starts.
-Event time runs far faster than wall time (--span over a few seconds of sending), so windows
-fire many times more often per tuple than in a real stream: the figures are conservative.
+Event time runs far faster than wall time (5,000 tuples or 50,000 rows per event second,
+by default, against a few hundred thousand or millions per wall second), so windows fire many
+times more often per event than in a real stream: the figures are conservative.  Every side
+sends millions of events (--tuples, --rows): a side lasts several seconds, through several
+checkpoints (a round of checkpoints stalls a windowed task for a moment; a side of one or
+two seconds gives a burst figure, not a sustained one).
 
 (c) memory: a 10-minute window sliding every 10 s (``window: {length: 10m, sliding: 10s,
     timestamp_field: ts, lag: 5s, key: user}`` for ``WindowCount``, the same without ``key``
@@ -47,13 +52,15 @@ fire many times more often per tuple than in a real stream: the figures are cons
     --memory-minutes of event time, made as it is sent, at most --in-flight events unexecuted
     (x10 for rows).  The worker's VmRSS (/proc/PID/status) is sampled every --sample seconds
     with the window task's watermark; printed: RSS at event minutes 5, 10 (the first window
-    filled), 15, ... and the least-squares slope of RSS over the samples after the first
-    window filled, in MiB per million events and MiB per event minute.  Bounded in events
+    filled), 20, 30, ... and the least-squares slope of RSS over the samples after the first
+    window filled, in MiB per million events and MiB per event minute (flat: under 5 % of the
+    RSS at the fill per window length), and the mean RSS of the first and second half of
+    those samples (RSS swings with the allocators: Arrow's pool).  Bounded in events
     (--memory-tuples, --memory-rows) and by --memory-timeout wall seconds a side.
 
-    python -m bench.windows [--parts tuple,columnar,memory] [--rounds 2] [--tuples 600000]
-                            [--rows 6000000] [--keys 1000] [--span 120] [--memory-minutes 40]
-                            [--memory-tuples 6000000] [--memory-rows 30000000] [--profile DIR]
+    python -m bench.windows [--parts tuple,columnar,memory] [--rounds 3] [--tuples 2400000]
+                            [--rows 24000000] [--keys 1000] [--sides 'SIDE;SIDE'] [--memory-minutes 120]
+                            [--memory-tuples 12000000] [--memory-rows 90000000] [--profile DIR]
                             [--set KEY=VALUE]
 """
 
@@ -283,6 +290,43 @@ def _stop_spy(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(60)
 
 
+#: Where a worker's time goes: the first rule (in this order) with a frame anywhere in a stack takes the sample.
+WHERE: list[tuple[str, tuple[str, ...]]] = [
+    ("checkpoint: window state put (KeyValueState.put packs the value to check it)", ("KeyValueState.put",)),
+    ("checkpoint: window state saved, the rest (_state_saving)", ("_state_saving",)),
+    ("checkpoint: changelog entry written (encode_entry, file)", ("FileTaskStore.write", "ExecutorCheckpoints._write")),
+    ("checkpoint: the barrier, the rest", ("_on_barrier", "ExecutorCheckpoints._complete")),
+    ("input log: accepted messages appended (stateful topology)", ("FileInputLog.append", "CheckpointManager.log")),
+    ("window: firing (seal, combine, execute_window, evict)", ("_fire_panes", "_seal ", "execute_window", "_evict")),
+    ("window: events into panes (time, key, add)", ("_BatchWindows.", "_TupleWindows.", "WindowedB")),
+    ("fields grouping: hash and split", ("routing.py",)),
+    ("pass-through bolt and its emits", ("PassThrough", "TaskCollector.emit", "BatchTaskCollector.emit", "Emitter.")),
+    (
+        "receive: tcp, frames, decode, queue",
+        ("TcpServer", "FrameDecoder", "SourceDecoder", "receive.py", "_session.py"),
+    ),
+    ("executor loop, acks, queues", ("executor.py", "queue.py", "collectors.py")),
+]
+
+
+def where_time_goes(path: Path) -> str:
+    """The samples of a ``py-spy record --format raw`` file by :data:`WHERE` category, largest first."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        name = next((n for n, keys in WHERE if any(k in stack for k in keys)), "other (imports, timers, http)")
+        counts[name] = counts.get(name, 0) + int(count)
+    if not total:
+        return "    (no samples: is py-spy allowed to attach here?)"
+    lines = [f"    {total:,} samples of the GIL holder; by where they are:"]
+    lines += [f"    {n / total:6.1%}  {name}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+    return "\n".join(lines)
+
+
 # --- (a), (b): throughput ------------------------------------------------------------------------------
 
 
@@ -346,6 +390,11 @@ def throughput(
     overrides: dict[str, Any],
 ) -> list[str]:
     """Best of ``--rounds`` of each side, rounds interleaved; ``sides[0]`` is the baseline."""
+    if args.sides:  # the chosen sides, with the baseline and the no-op of each shape chosen
+        wanted = {w.strip() for w in args.sides.split(";") if w.strip()}
+        shapes = {SIDES[s][1] for s in sides if s in wanted}
+        keep = {sides[0], *(s for s in sides if s.startswith("no-op") and SIDES[s][1] in shapes)}
+        sides = [s for s in sides if s in wanted or s in keep]
     best: dict[str, tuple[float, dict[str, Any], str]] = {}
     for r in range(args.rounds):
         last = r == args.rounds - 1
@@ -394,19 +443,21 @@ def throughput(
             f = args.profile / f"{side.replace(' ', '-').replace(',', '')}.txt"
             if side.startswith("window") and f.exists():
                 out.append(f"  py-spy --gil of the worker, {side} (last round):")
-                out.append(profile_summary([f]))
+                out.append(where_time_goes(f))
+                out.append(profile_summary([f], top=8))
     return out
 
 
 def tuple_part(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
     n = args.tuples
-    events = Events(n, args.span * 1000, args.keys)
+    span = max(1, n * 1000 // args.tuples_per_second)
+    events = Events(n, span, args.keys)
     payloads = events.tuples(0, n)
     size = sum(map(len, payloads)) / n
     sides = ["no-op, 1 stage", "window count, source", "window tuples, source", "no-op, fields", "window count, fields"]
     title = (
-        f"(a) tuple windows: 1 worker, {n:,} msgpack tuples of ~{size:.0f} bytes over {args.span}s of event time, "
-        f"{args.keys:,} keys; sliding 60s/10s count per key; best of {args.rounds}"
+        f"(a) tuple windows: 1 worker, {n:,} msgpack tuples of ~{size:.0f} bytes over {span / 1000:,.0f}s of event "
+        f"time, {args.keys:,} keys; sliding 60s/10s count per key; best of {args.rounds}"
     )
     return throughput(title, sides, payloads, 1000, n, "tuples", 300_000, args, overrides)
 
@@ -415,14 +466,15 @@ def columnar_part(args: argparse.Namespace, overrides: dict[str, Any]) -> list[s
     per = args.rows_per_message
     messages = max(1, args.rows // per)
     n = messages * per
-    events = Events(n, args.span * 1000, args.keys)
+    span = max(1, n * 1000 // args.rows_per_second)
+    events = Events(n, span, args.keys)
     pad = events.pad_column(per)
     payloads = [events.batch(i * per, per, pad) for i in range(messages)]
     size = sum(map(len, payloads)) / n
     sides = ["no-op batch, 1 stage", "window batch, source", "no-op batch, fields", "window batch, fields"]
     title = (
         f"(b) columnar windows: 1 worker, {n:,} rows of ~{size:.0f} bytes in Arrow payloads of {per} rows over "
-        f"{args.span}s of event time, {args.keys:,} keys; sliding 60s/10s count per key; best of {args.rounds}"
+        f"{span / 1000:,.0f}s of event time, {args.keys:,} keys; sliding 60s/10s count per key; best of {args.rounds}"
     )
     return throughput(title, sides, payloads, 16, n, "rows", 3_000_000, args, overrides)
 
@@ -565,7 +617,8 @@ def memory_part(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str
             out.append(f"  {res['stopped']}")
         out.append(f"    {'event minute':>12s} {unit + ' done':>14s} {'RSS MiB':>8s} {'held':>9s}")
         seen: set[int] = set()
-        for mark in range(5, int(max(minutes, default=0)) + 1, 5):
+        top = int(max(minutes, default=0))
+        for mark in [5, 10, *range(15 if top <= 40 else 20, top + 1, 5 if top <= 40 else 10)]:
             at = next((i for i, s in enumerate(samples) if s[2] >= mark), None)
             if at is not None and at not in seen:
                 seen.add(at)
@@ -582,6 +635,12 @@ def memory_part(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str
                 f"per million {unit}, {per_minute:+.3f} MiB per event minute ({growth:+.1f} MiB per window length: "
                 f"{'flat' if flat else 'NOT flat'}, i.e. {'under' if flat else 'over'} 5 % of the RSS at the fill)"
             )
+            half = len(rss_mib) // 2
+            first, second = np.mean(rss_mib[:half]), np.mean(rss_mib[half:])
+            out.append(
+                f"    mean RSS over the first / second half of those samples: {first:.1f} / {second:.1f} MiB "
+                f"({second - first:+.1f} MiB)"
+            )
         else:
             out.append("    no sample after the first window filled (raise --memory-minutes or --memory-timeout)")
     return out
@@ -590,18 +649,20 @@ def memory_part(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default="tuple,columnar,memory")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--tuples", type=int, default=600_000, help="tuples of each side of (a)")
-    parser.add_argument("--rows", type=int, default=6_000_000, help="about this many rows per side of (b)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tuples", type=int, default=2_400_000, help="tuples of each side of (a)")
+    parser.add_argument("--rows", type=int, default=24_000_000, help="about this many rows per side of (b)")
     parser.add_argument("--rows-per-message", type=int, default=4096)
     parser.add_argument("--keys", type=int, default=1000, help="distinct users")
-    parser.add_argument("--span", type=int, default=120, help="seconds of event time (a) and (b) cover")
+    parser.add_argument("--sides", help="sides of (a) and (b) to run, ';'-separated (default: all)")
+    parser.add_argument("--tuples-per-second", type=int, default=5000, help="tuples per event second in (a)")
+    parser.add_argument("--rows-per-second", type=int, default=50_000, help="rows per event second in (b)")
     parser.add_argument("--memory-sides", default="tuple,columnar", help="which windowed bolts (c) measures")
-    parser.add_argument("--memory-minutes", type=int, default=40, help="event minutes of (c)'s stream")
-    parser.add_argument("--memory-tuples", type=int, default=6_000_000, help="tuples of (c), tuple side")
-    parser.add_argument("--memory-rows", type=int, default=30_000_000, help="rows of (c), columnar side")
+    parser.add_argument("--memory-minutes", type=int, default=120, help="event minutes of (c)'s stream")
+    parser.add_argument("--memory-tuples", type=int, default=12_000_000, help="tuples of (c), tuple side")
+    parser.add_argument("--memory-rows", type=int, default=90_000_000, help="rows of (c), columnar side")
     parser.add_argument("--in-flight", type=int, default=100_000, help="tuples in flight at most in (c) (rows: x10)")
-    parser.add_argument("--sample", type=float, default=0.5, help="seconds between RSS samples in (c)")
+    parser.add_argument("--sample", type=float, default=0.25, help="seconds between RSS samples in (c)")
     parser.add_argument("--memory-timeout", type=float, default=600.0, help="wall seconds per side of (c), at most")
     parser.add_argument("--profile", type=Path, help="py-spy --gil the windowed sides' worker in the last round")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a worker setting")
