@@ -1,6 +1,6 @@
 """Windowed bolts: counts per window (Spark's ``groupBy(window(...), key).count()``), top words, results.
 
-``conf/topologies``-style use (see ``windows.yaml`` beside this module)::
+Declared in a topology like this (``wordcount-windows.yaml`` beside this module is a whole one)::
 
     - id: per-user
       bolt: spark_storm.examples.windows:WindowCount
