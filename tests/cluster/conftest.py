@@ -252,6 +252,17 @@ def health(state: ClusterState, topology: str, slot: Slot) -> WorkerMetrics:
         return parse_worker_metrics(r.read(), f"the /health of {slot}")
 
 
+def checkpoints(state: ClusterState, topology: str) -> dict[str, dict[str, Any]]:
+    """Each worker's checkpoint view (``checkpoint`` in its /health; empty while it cannot answer)."""
+    out = {}
+    for slot in state.read_heartbeats(topology):
+        try:
+            out[str(slot)] = dict(health(state, topology, slot).get("checkpoint") or {})
+        except (OSError, KeyError, AssertionError):
+            out[str(slot)] = {}
+    return out
+
+
 def ports(n: int) -> list[int]:
     from spark_storm.netutil import free_ports
 

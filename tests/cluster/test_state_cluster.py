@@ -18,7 +18,7 @@ import pytest
 from spark_storm.cluster.state import ClusterState
 from spark_storm.topology import plan
 from tests.cluster.conftest import FAST as CLUSTER_FAST
-from tests.cluster.conftest import Daemons, cli, health, ports, running_workers, sets, submit
+from tests.cluster.conftest import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
 from tests.helpers import spark_session, wait_until
 from tests.spark.conftest import write_json_rows
 from tests.support.ledger import expected, ledger_state, ledger_topology, rows_for
@@ -45,16 +45,6 @@ def _driver_sessions() -> Iterator[None]:
 
     yield
     close_sessions()
-
-
-def _checkpoint(state: ClusterState, name: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    for slot in state.read_heartbeats(name):
-        try:
-            out[str(slot)] = dict(health(state, name, slot).get("checkpoint") or {})
-        except (OSError, KeyError, AssertionError):
-            out[str(slot)] = {}
-    return out
 
 
 def _accepted(state: ClusterState, name: str) -> int:
@@ -94,7 +84,7 @@ def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
     )
     try:
         wait_until(
-            lambda: max((c.get("committed", 0) for c in _checkpoint(state, name).values()), default=0) >= 3,
+            lambda: max((c.get("committed", 0) for c in checkpoints(state, name).values()), default=0) >= 3,
             what="three micro-batches committed",
             timeout=180,
         )
@@ -102,11 +92,11 @@ def test_ledger_is_exact_through_a_rebalance_from_two_to_three_workers(
         wait_until(lambda: _accepted(state, name) > before, what="the next micro-batch under way", timeout=60)
         assert cli("rebalance", name, "--workers", "3", "--zookeeper", zk, *sets(CLUSTER_FAST)).returncode == 0
         running_workers(daemons, state, name, 3)
-        rebalanced_at = max(c.get("committed", 0) for c in _checkpoint(state, name).values())
+        rebalanced_at = max(c.get("committed", 0) for c in checkpoints(state, name).values())
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
         assert not q.isActive, "the stream did not finish within 300s"
-        cps = _checkpoint(state, name)
+        cps = checkpoints(state, name)
     finally:
         q.stop()
     assignment = state.read_assignment(name)
