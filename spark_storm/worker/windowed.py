@@ -37,7 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from spark_storm.codec.tuples import CLIENT_COMPONENT, Tuple, TupleSource
 from spark_storm.errors import ConfigError, WindowError
@@ -236,7 +236,33 @@ class _AnchoringCollector(OutputCollector):
         self.inner.report_error(error)
 
 
-class WindowedBolt(StatefulComponent, Bolt):
+class _WindowEngine(Protocol):
+    def load(self, state: KeyValueState) -> None: ...
+    def save(self, state: KeyValueState, txid: int) -> None: ...
+    def metrics(self) -> WindowMetrics: ...
+
+
+class WindowedComponent(StatefulComponent):
+    """What both windowed bolts share: the task's state and the checkpoint machinery's hooks."""
+
+    _windows: _WindowEngine
+    state: KeyValueState
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.state = state
+
+    def _state_restored(self, state: KeyValueState) -> None:
+        self.state = state
+        self._windows.load(state)
+
+    def _state_saving(self, txid: int) -> None:
+        self._windows.save(self.state, txid)
+
+    def window_metrics(self) -> WindowMetrics:
+        return self._windows.metrics()
+
+
+class WindowedBolt(WindowedComponent, Bolt):
     """Storm's ``BaseWindowedBolt``: ``execute_window`` per window of the component's ``window:`` spec.
 
     Do not override ``execute``: tuples join their windows there and are acked.  Override
@@ -245,15 +271,14 @@ class WindowedBolt(StatefulComponent, Bolt):
     engine's); call ``super().init_state(state)`` when overriding it.
     """
 
+    _windows: _TupleWindows
+
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
         self.window_spec = windowed_spec(conf, context, "WindowedBolt")
         self._raw_collector = collector
         self._anchoring = _AnchoringCollector(collector)
         super().prepare(conf, context, self._anchoring)
         self._windows = _TupleWindows(self, self.window_spec, context, collector, self._anchoring)
-
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
 
     @abc.abstractmethod
     def execute_window(self, window: TupleWindow) -> None:
@@ -274,17 +299,6 @@ class WindowedBolt(StatefulComponent, Bolt):
     def merge(self, a: Any, b: Any) -> Any:
         """Return the accumulator of two disjoint parts of a window."""
         raise NotImplementedError
-
-    # --- the checkpoint machinery's hooks -----------------------------------------------------
-    def _state_restored(self, state: KeyValueState) -> None:
-        self.state = state
-        self._windows.load(state)
-
-    def _state_saving(self, txid: int) -> None:
-        self._windows.save(self.state, txid)
-
-    def window_metrics(self) -> WindowMetrics:
-        return self._windows.metrics()
 
 
 def _aggregating(bolt: Any, base: type) -> bool:

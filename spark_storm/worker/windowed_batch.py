@@ -47,8 +47,14 @@ from spark_storm.state.kv import KeyValueState
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.topology.windows import WindowSpec
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
-from spark_storm.worker.stateful import StatefulComponent
-from spark_storm.worker.windowed import WINDOW_PREFIX, channel_slot, input_channels, window_inputs, windowed_spec
+from spark_storm.worker.windowed import (
+    WINDOW_PREFIX,
+    WindowedComponent,
+    channel_slot,
+    input_channels,
+    window_inputs,
+    windowed_spec,
+)
 from spark_storm.worker.windowing import (
     NO_TIME,
     Session,
@@ -189,20 +195,19 @@ class _AnchoringBatchCollector(BatchOutputCollector):
         self.inner.fail(batch)
 
 
-class WindowedBatchBolt(StatefulComponent, BatchBolt):
+class WindowedBatchBolt(WindowedComponent, BatchBolt):
     """A columnar windowed bolt: ``execute_window`` gets each window as one :class:`BatchWindow`.
 
     Do not override ``execute_batch``.  Override ``combine`` to shrink sealed panes.
     """
+
+    _windows: _BatchWindows
 
     def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: BatchOutputCollector) -> None:
         self.window_spec = windowed_spec(conf, context, "WindowedBatchBolt")
         self._anchoring = _AnchoringBatchCollector(collector)
         super().prepare(conf, context, self._anchoring)
         self._windows = _BatchWindows(self, self.window_spec, context, collector, self._anchoring)
-
-    def init_state(self, state: KeyValueState) -> None:
-        self.state = state
 
     @abc.abstractmethod
     def execute_window(self, window: BatchWindow) -> None:
@@ -214,16 +219,6 @@ class WindowedBatchBolt(StatefulComponent, BatchBolt):
     def combine(self, table: pa.Table) -> pa.Table | None:
         """Shrink a sealed pane's rows (return None to keep them as they are)."""
         return None
-
-    def _state_restored(self, state: KeyValueState) -> None:
-        self.state = state
-        self._windows.load(state)
-
-    def _state_saving(self, txid: int) -> None:
-        self._windows.save(self.state, txid)
-
-    def window_metrics(self) -> WindowMetrics:
-        return self._windows.metrics()
 
 
 class _Src:
