@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import threading
@@ -29,6 +30,7 @@ def run_until_signalled(
 ) -> str | None:
     """Install SIGTERM/SIGINT handlers, call ``start``, then block until a signal or ``until()``.
 
+    ``SIGUSR1`` dumps every thread's stack to stderr and the daemon goes on (jstack's job).
     The handlers are installed before ``start`` runs, so a signal during start-up is not lost:
     the wait then ends at once.  They stay installed after this returns, so a second signal
     during the caller's ordered shutdown still reaches ``on_second_signal``.
@@ -72,6 +74,8 @@ def run_until_signalled(
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>`: every thread's stack on stderr (the daemon's log)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if start is not None:
         start()
     while not until() and not stop.wait(poll_s):

@@ -511,11 +511,16 @@ class CheckpointManager:
         state = self.state
         with self.gate:
             self.generation = generation  # from now on, payloads of older generations are dropped on arrival
+            again = self.paused  # a newer round's PAUSE before the RESUME of an older one
             self.paused = True
             self.replaying = True  # what sources accept is logged only: the replay publishes it
         # The gate is released: a receive thread may still need it to let a blocked sender go.
         executors = self._executors()
-        self._was_active = {e.spec for e in executors if e.active.is_set()}
+        if not again:  # paused twice, the first PAUSE knows which executors were active (now none is)
+            self._was_active = {e.spec for e in executors if e.active.is_set()}
+        # Until its RESUME this worker needs a rollback: a coordinator that died in between
+        # leaves it paused, and the next round (anybody's) sees it dirty and rolls back again.
+        self.mark_dirty("paused for a rollback that has not resumed")
         for executor in executors:
             executor.deactivate()
         deadline = time.monotonic() + 10.0

@@ -209,7 +209,12 @@ class LocalCluster:
             try:
                 codes[slot] = proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                logger.error("worker %s did not stop in %.0fs; killing it", slot, timeout)
+                logger.error(
+                    "worker %s did not stop in %.0fs; its thread stacks go to its log, then it is killed", slot, timeout
+                )
+                if hasattr(signal, "SIGUSR1"):
+                    proc.send_signal(signal.SIGUSR1)
+                    time.sleep(0.5)  # faulthandler writes from the signal handler: give it a moment
                 proc.kill()
                 codes[slot] = proc.wait(10)
         return codes

@@ -41,6 +41,7 @@ from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetr
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
 from spark_storm.worker.checkpoint import IntervalCheckpoints
+from spark_storm.worker.diagnostics import log_thread_stacks
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback
 from spark_storm.worker.settings import WorkerSettings
@@ -351,6 +352,8 @@ class Worker:
         if server is not None:
             server.close()
         clean &= self._wait_quiet(deadline, 0.0)
+        if not clean:
+            log_thread_stacks(f"worker {self.slot}: not quiet at its shutdown deadline")
         for executor in self.executors.values():
             executor.stop()
         for executor in self.executors.values():

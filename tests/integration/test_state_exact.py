@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from spark_storm.state.protocol import PAUSE
 from tests.helpers import wait_until
 from tests.support.ledger import ExactRun, expected, ledger_state, ledger_topology, rows_for
 
@@ -167,4 +168,26 @@ def test_checkpoints_and_a_rollback_go_through_full_queues(tmp_path: Path) -> No
         assert not sender.is_alive()
         result = run.commit(3)
         print(f"full queues: epoch {result.epoch}, rollback to {result.rolled_back_to}")
+        assert run.state() == expected(run.batches)
+
+
+def test_a_coordinator_that_died_between_pause_and_resume_leaves_nothing_stuck(tmp_path: Path) -> None:
+    """A PAUSE with no RESUME (its coordinator died), then another round's PAUSE: the executors come back.
+
+    The second PAUSE finds every executor already stopped; the RESUME must restart the ones
+    the first PAUSE stopped, or the replay waits on a full queue and every PREPARE times out.
+    """
+    with Ledger(tmp_path, conf={"topology.executor.receive.buffer.size": 64}) as run:
+        run.feed(0)
+        run.commit(0)
+        generation = max(s.generation for s in run.coordinator.status().values())
+        run.coordinator._all(PAUSE, {"generation": generation + 1}, 10.0)  # and then it "dies"
+        statuses = run.coordinator.status().values()
+        assert all(s.dirty for s in statuses), "a worker paused without a RESUME must ask for a rollback"
+        run.feed(1)  # accepted and logged while paused; published by the replay
+        result = run.commit(1)
+        assert result.rolled_back_to == 1
+        assert run.state() == expected(run.batches)
+        run.feed(2)
+        run.commit(2)
         assert run.state() == expected(run.batches)

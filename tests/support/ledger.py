@@ -152,7 +152,9 @@ class ExactRun:
 
     def __init__(self, topology: Path, workers: int = 2) -> None:
         self.topology = topology
-        self.cluster = LocalCluster(str(self.topology), workers, overrides=OVERRIDES)
+        self.cluster = LocalCluster(
+            str(self.topology), workers, overrides=OVERRIDES, work_dir=topology.parent / "workers"
+        )
         self.ctx = make_context({"storm.messaging.transport": "tcp", **OVERRIDES})
         self.batches: dict[int, list[list[Any]]] = {}
 
