@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["free_ports"]
+__all__ = ["FIRST_EPHEMERAL_PORT", "free_ports"]
+
+#: IANA's first dynamic port: transports without real ports (local, Kafka topics, zmq ipc) number theirs from here.
+FIRST_EPHEMERAL_PORT = 49152
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -6,7 +6,6 @@ names the option, the bad value and the fix, and is raised when the query starts
 
 from __future__ import annotations
 
-import difflib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any, Final
 from spark_storm.config import Config, load_config
 from spark_storm.errors import ConfigError
 from spark_storm.messaging.wire import ACCEPTED, PROCESSED
+from spark_storm.plugins import closest, did_you_mean
 from spark_storm.topology import Plan, Topology, load_topology, plan
 from spark_storm.transport import TRANSPORT_ALIASES
 
@@ -113,8 +113,8 @@ class StormOptions:
         storm_keys = {k: v for k, v in options.items() if str(k).startswith(("storm.", "zmq.", "topology."))}
         for key in lower:
             if key not in known and key not in SPARK_OWNED and not key.startswith(("storm.", "zmq.", "topology.")):
-                close = difflib.get_close_matches(key, list(known), n=1)
-                hint = f" Did you mean {known[close[0]]!r}?" if close else ""
+                match = closest(key, known)
+                hint = "" if match is None else f" Did you mean {known[match]!r}?"
                 msg = f"unknown storm option {key!r}.{hint} Options: {', '.join(OPTION_NAMES)}, storm.* keys"
                 raise ConfigError(msg)
 
@@ -223,8 +223,7 @@ def _storm_conf(conf_path: str | None, storm_keys: dict[str, Any], transport: st
     conf: dict[str, Any] = dict(load_config(conf_path, storm_keys) if conf_path else Config.of(storm_keys))
     if transport:
         if transport not in TRANSPORT_ALIASES and "." not in transport:
-            close = difflib.get_close_matches(transport, list(TRANSPORT_ALIASES), n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(transport, TRANSPORT_ALIASES)
             msg = f"option 'transport'={transport!r} is not a transport.{hint}"
             raise ConfigError(msg)
         conf["storm.messaging.transport"] = transport

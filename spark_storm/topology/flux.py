@@ -32,7 +32,6 @@ these ways to map it.  Every error names the file and the line or key.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import re
@@ -43,6 +42,7 @@ from typing import Any, Final
 import yaml
 
 from spark_storm.errors import ConfigError
+from spark_storm.plugins import did_you_mean
 from spark_storm.topology.model import (
     DEFAULT_STREAM,
     MULTILANG_COMMAND,
@@ -230,8 +230,7 @@ def substitute(text: str, properties: Mapping[str, str] | None, origin: str) -> 
             if properties is None:
                 where = "no properties file was given (--filter FILE, or the 'filter' option on Spark)"
             else:
-                close = difflib.get_close_matches(var, props, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(var, props, lead="; ")
                 where = f"the --filter file does not define it{hint}"
             msg = f"{origin} line {line_no}: ${{{var}}} is not resolved: {where}"
             raise ConfigError(msg)
@@ -493,8 +492,7 @@ class _Converter:
             self.ids[cid] = section[:-1]
             for key in d:
                 if key not in _DEF_KEYS:
-                    close = difflib.get_close_matches(str(key), _DEF_KEYS, n=1)
-                    hint = f" Did you mean {close[0]!r}?" if close else ""
+                    hint = did_you_mean(str(key), _DEF_KEYS)
                     msg = f"{where} ({cid}): unknown key {key!r}.{hint}"
                     raise ConfigError(msg)
             out.append(d)
@@ -658,8 +656,7 @@ class _Converter:
             gwhere = f"{where}.grouping{_at(grouping)}"
             gtype = str(grouping.get("type", "")).upper()
             if gtype not in _GROUPINGS:
-                close = difflib.get_close_matches(gtype, _GROUPINGS, n=1)
-                hint = f" Did you mean {close[0]!r}?" if close else ""
+                hint = did_you_mean(gtype, _GROUPINGS)
                 known = ", ".join(_GROUPINGS)
                 msg = f"{gwhere}: unknown grouping type {grouping.get('type')!r}.{hint} Use one of {known}"
                 raise ConfigError(msg)
@@ -698,8 +695,7 @@ class _Converter:
             raise ConfigError(msg)
         cid = str(value)
         if cid not in self.ids:
-            close = difflib.get_close_matches(cid, self.ids, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(cid, self.ids, lead="; ")
             msg = f"{where}: '{key}: {cid}' names no spout or bolt{hint} (they are {', '.join(sorted(self.ids))})"
             raise ConfigError(msg)
         return cid
@@ -730,8 +726,7 @@ def topology_from_flux(data: Mapping[str, Any], origin: str = "Flux file") -> To
     """
     for key in data:
         if key not in _TOP_KEYS and key != "topologySource":
-            close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(str(key), _TOP_KEYS)
             msg = f"{origin}: unknown top-level key {key!r}.{hint} Flux files have {', '.join(sorted(_TOP_KEYS))}"
             raise ConfigError(msg)
     if "topologySource" in data:

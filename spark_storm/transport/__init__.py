@@ -13,7 +13,6 @@ Alias targets are strings, so ``pyzmq`` is imported only when someone picks ``zm
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config
 from spark_storm.errors import TransportInitError, UnknownTransportError
 from spark_storm.extras import extra_for
 from spark_storm.messaging.api import IContext
+from spark_storm.plugins import did_you_mean
 
 __all__ = ["TRANSPORT_ALIASES", "make_context", "resolve_transport"]
 
@@ -64,8 +64,7 @@ def _import_target(name: str, target: str) -> object:
     try:
         return getattr(module, attr)
     except AttributeError:
-        close = difflib.get_close_matches(attr, [a for a in dir(module) if not a.startswith("_")], n=1)
-        hint = f" Did you mean {module_name}:{close[0]}?" if close else ""
+        hint = did_you_mean(attr, [a for a in dir(module) if not a.startswith("_")], show=module_name + ":{}")
         msg = f"transport {name!r}: module {module_name!r} has no attribute {attr!r}.{hint}"
         raise UnknownTransportError(msg) from None
 
@@ -90,8 +89,7 @@ def resolve_transport(name: str) -> object:
         raise UnknownTransportError(msg)
     target = TRANSPORT_ALIASES.get(name, name)
     if target == name and "." not in name and ":" not in name:
-        close = difflib.get_close_matches(name, TRANSPORT_ALIASES, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(name, TRANSPORT_ALIASES)
         msg = (
             f"no such transport: {name!r}.{hint} Use one of {', '.join(sorted(TRANSPORT_ALIASES))} "
             "or a dotted path to an IContext class or an object with make_context(conf)"

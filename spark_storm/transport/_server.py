@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from spark_storm.config import Config
+from spark_storm.config import Config, is_loopback_host
 from spark_storm.errors import ConnectionClosedError
 from spark_storm.messaging.api import CallbackLike
 from spark_storm.messaging.message import BackpressureStatus
@@ -18,9 +18,25 @@ from spark_storm.transport._base import ServerBase
 from spark_storm.transport._client import JOIN_TIMEOUT_S
 from spark_storm.transport._wake import Waker
 
-__all__ = ["IOThreadServer", "LogLimiter"]
+__all__ = ["IOThreadServer", "LogLimiter", "warn_if_open"]
 
 logger = logging.getLogger(__name__)
+
+
+def warn_if_open(log: logging.Logger, topology_id: str, host: str, authenticated: bool) -> bool:
+    """Log the SECURITY warning of a server bound beyond loopback without authentication.
+
+    Returns whether it warned.  Every network transport calls it when it binds.
+    """
+    if authenticated or is_loopback_host(host):
+        return False
+    log.warning(
+        "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who can "
+        "reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
+        topology_id,
+        host,
+    )
+    return True
 
 
 class LogLimiter:

@@ -102,6 +102,7 @@ from spark_storm.messaging.wire import (
     check_messages,
     encode_control,
 )
+from spark_storm.netutil import FIRST_EPHEMERAL_PORT
 from spark_storm.transport._base import ClientBase, ServerBase, TrackingContext, as_batch
 from spark_storm.transport._client import check_group_size
 from spark_storm.transport._session import (
@@ -121,7 +122,6 @@ _CLIENT = b"client"
 _SERVER = b"server"
 _BROADCAST = b""
 _TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")
-_FIRST_EPHEMERAL_PORT = 49152
 _POLL_MS = 100
 _REFUSED_MEMORY = 1024
 _RECORD_SLACK = 64 * 1024  # headers, key and frame overhead on top of the largest frame
@@ -283,7 +283,7 @@ class Context(TrackingContext):
             raise TransportError(msg)
         if port == 0:
             for _ in range(100):
-                candidate = random.randint(_FIRST_EPHEMERAL_PORT, 65535)
+                candidate = random.randint(FIRST_EPHEMERAL_PORT, 65535)
                 if self.ensure_topics(topic_for(self.prefix, topology_id, candidate), must_be_new=True):
                     port = candidate
                     break

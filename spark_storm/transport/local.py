@@ -25,6 +25,7 @@ from spark_storm.errors import ConnectionClosedError, SendTimeoutError, Transpor
 from spark_storm.messaging.api import CallbackLike, IClient, IContext, IServer
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import BatchHeader, ControlRequest, check_messages
+from spark_storm.netutil import FIRST_EPHEMERAL_PORT
 from spark_storm.transport._base import ClientBase, ServerBase, as_batch
 
 __all__ = ["Context"]
@@ -32,7 +33,6 @@ __all__ = ["Context"]
 logger = logging.getLogger(__name__)
 
 _Key = tuple[str, int]
-_FIRST_EPHEMERAL_PORT = 49152
 
 
 class LocalServer(ServerBase):
@@ -245,7 +245,7 @@ class Context(IContext):
         self._cond = threading.Condition()
         self._servers: dict[_Key, LocalServer] = {}
         self._clients: list[LocalClient] = []
-        self._next_port = _FIRST_EPHEMERAL_PORT
+        self._next_port = FIRST_EPHEMERAL_PORT
         self.terminated = False
 
     @classmethod

@@ -43,7 +43,6 @@ from spark_storm.config import (
     TCP_CONNECT_TIMEOUT_MS,
     TCP_FLUSH_INTERVAL_MS,
     TCP_MAX_RETRIES,
-    is_loopback_host,
 )
 from spark_storm.errors import (
     AuthenticationError,
@@ -56,7 +55,7 @@ from spark_storm.messaging.message import ConnectionStatus
 from spark_storm.messaging.wire import Close, Eob, encode_control
 from spark_storm.transport._base import TrackingContext
 from spark_storm.transport._client import SessionClient
-from spark_storm.transport._server import IOThreadServer, LogLimiter
+from spark_storm.transport._server import IOThreadServer, LogLimiter, warn_if_open
 from spark_storm.transport._session import ClientProtocol, PeerLimits, ServerPeer, SessionTable
 from spark_storm.transport._tls import client_context, server_context
 
@@ -115,13 +114,7 @@ class TcpServer(IOThreadServer):
         self._tls = tls
         self._logs = LogLimiter(logger)
         host = conf.get_str(STORM_BIND_HOST)
-        if not is_loopback_host(host) and self._secret is None:
-            logger.warning(
-                "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who can "
-                "reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
-                topology_id,
-                host,
-            )
+        warn_if_open(logger, topology_id, host, self._secret is not None)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

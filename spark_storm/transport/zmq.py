@@ -55,7 +55,6 @@ from spark_storm.config import (
     ZMQ_LINGER_MILLIS,
     ZMQ_THREADS,
     Config,
-    is_loopback_host,
 )
 from spark_storm.errors import (
     AuthenticationError,
@@ -66,9 +65,10 @@ from spark_storm.errors import (
 from spark_storm.messaging.api import CallbackLike, IClient, IServer
 from spark_storm.messaging.message import ConnectionStatus
 from spark_storm.messaging.wire import HEADER_SIZE, Close, encode_control, split_at_frames
+from spark_storm.netutil import FIRST_EPHEMERAL_PORT
 from spark_storm.transport._base import TrackingContext
 from spark_storm.transport._client import JOIN_TIMEOUT_S, SessionClient
-from spark_storm.transport._server import IOThreadServer, LogLimiter
+from spark_storm.transport._server import IOThreadServer, LogLimiter, warn_if_open
 from spark_storm.transport._session import (
     MAX_CONTROLS_PER_MESSAGE,
     ClientProtocol,
@@ -647,20 +647,14 @@ class Context(TrackingContext):
             if port == 0:
                 rng = random.Random()
                 for _ in range(1000):
-                    port = rng.randrange(49152, 65536)
+                    port = rng.randrange(FIRST_EPHEMERAL_PORT, 65536)
                     if not os.path.exists(self._ipc_endpoint(topology_id, port)[6:]):
                         break
             endpoint = self._ipc_endpoint(topology_id, port)
             sock.bind(endpoint)
             return endpoint, port
         host = self.bind_host
-        if not is_loopback_host(host) and self.conf.auth_secret() is None:
-            logger.warning(
-                "SECURITY: binding %s on non-loopback host %s WITHOUT authentication: anyone who "
-                "can reach this port can inject tuples. Set storm.messaging.auth.secret(.file).",
-                topology_id,
-                host,
-            )
+        warn_if_open(logger, topology_id, host, self.conf.auth_secret() is not None)
         shown = f"[{host}]" if ":" in host else host
         if port == 0:
             bound = sock.bind_to_random_port(f"tcp://{shown}", min_port=20000, max_port=65000, max_tries=200)
