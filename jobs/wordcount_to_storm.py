@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from spark_storm.spark.jobs import input_rows, stop_between_batches
+
     # spark-submit sets the master; a plain `python jobs/...` run gets local[*].
     builder = SparkSession.builder.appName("wordcount_to_storm")
     if "SPARK_SUBMIT" not in os.environ and "PYSPARK_GATEWAY_PORT" not in os.environ:
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     def batches_with_data() -> int:
-        return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
+        return sum(1 for p in query.recentProgress if input_rows(p) > 0)
 
     while args.seconds <= 0 or time.monotonic() - started < args.seconds or batches_with_data() < args.min_batches:
         if query.exception() is not None:
@@ -84,11 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(1.0)
         progress = query.lastProgress
         if progress:
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} rows", flush=True)
-    while query.status.get("isTriggerActive"):
-        time.sleep(0.01)
-    query.stop()
-    sent = sum(p["numInputRows"] for p in query.recentProgress)
+            print(f"batch {progress['batchId']}: {input_rows(progress)} rows", flush=True)
+    stop_between_batches(query)
+    sent = sum(input_rows(p) for p in query.recentProgress)
     print(f"sent {sent} sentences to {args.workers or 'the cluster at ' + args.zookeeper}", flush=True)
     spark.stop()
     return 0

@@ -6,7 +6,7 @@ import argparse
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_storm.errors import ConfigError
@@ -15,9 +15,11 @@ from spark_storm.topology import load_topology
 __all__ = [
     "add_job_arguments",
     "describe_target",
+    "input_rows",
     "job_main",
     "run_query",
     "source_component",
+    "stop_between_batches",
     "storm_writer",
     "target_options",
 ]
@@ -114,8 +116,39 @@ def job_main(
         spark.stop()
 
 
+def input_rows(progress: Mapping[str, Any]) -> int:
+    """Return a micro-batch's input rows, from the progress of a classic or a Spark Connect query.
+
+    Over Spark Connect the progress carries the rows per source only, so
+    ``progress["numInputRows"]`` is None there; the ``numInputRows`` property sums the sources.
+    """
+    rows = getattr(progress, "numInputRows", None)
+    if rows is None:
+        rows = progress.get("numInputRows")
+    return int(rows or 0)
+
+
+def stop_between_batches(query: Any, timeout_s: float = 30.0) -> bool:
+    """Stop ``query`` when no micro-batch is running, waiting up to ``timeout_s`` for one to end.
+
+    Returns False when a batch was still running at the deadline (a trigger interval shorter
+    than the batches, say) and the query was stopped in it: Spark aborts that batch.
+    """
+    deadline = time.monotonic() + timeout_s
+    while query.status.get("isTriggerActive"):
+        if time.monotonic() > deadline:
+            logger.warning(
+                "query %s: a micro-batch still ran after %.0fs; stopping it in the batch", query.id, timeout_s
+            )
+            query.stop()
+            return False
+        time.sleep(0.01)
+    query.stop()
+    return True
+
+
 def _log_progress(progress: dict[str, Any]) -> None:
-    logger.info("batch %s: %s rows", progress["batchId"], progress["numInputRows"])
+    logger.info("batch %s: %s rows", progress["batchId"], input_rows(progress))
 
 
 def run_query(
@@ -140,16 +173,14 @@ def run_query(
     seen = -1
     while query.isActive:
         if not available_now and seconds and time.monotonic() - started > seconds:
-            while query.status.get("isTriggerActive"):
-                time.sleep(0.01)
-            query.stop()
+            stop_between_batches(query)
             break
         query.awaitTermination(1)
         progress = query.lastProgress
-        if progress and progress["batchId"] != seen and progress["numInputRows"]:
+        if progress and progress["batchId"] != seen and input_rows(progress):
             seen = progress["batchId"]
             on_progress(progress)
     error = query.exception()
     if error is not None:
         raise error
-    return sum(int(p["numInputRows"]) for p in query.recentProgress)
+    return sum(input_rows(p) for p in query.recentProgress)

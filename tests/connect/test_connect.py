@@ -352,10 +352,6 @@ def test_a_server_without_spark_storm_gets_our_error_and_ship_fixes_it(tmp_path:
     assert out["after_foreach"] == 200
 
 
-@pytest.mark.skip(
-    reason="open (issue 19): nbconvert's kernel on a local Connect server ran past 5 minutes with a 4 s stream "
-    "in the clean-clone run of 2026-11-24 (the other Connect tests pass); the cause is not found yet"
-)
 @pytest.mark.timeout(900)  # a kernel, a Spark Connect server of its own and a 4 s stream: minutes on a busy machine
 def test_the_notebook_runs_over_spark_connect(tmp_path: Path) -> None:
     wordcount = tmp_path / "wordcount.yaml"
