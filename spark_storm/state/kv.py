@@ -7,9 +7,11 @@ carry — str, bytes, int, float, bool, None, lists and maps of those, and Spark
 time and decimal types — because they are stored with the codec's msgpack, never pickle.
 A value the codec cannot store is refused by ``put`` (the tuple fails, the worker goes on).
 
-Lists (and tuples) and maps work as keys too: they are kept in a hashable form, and
-``items()`` gives them back as lists and dicts (a list key and a tuple key with the same
-items are the same key, as msgpack cannot tell them apart).
+Lists (and tuples) and maps work as keys too: they are kept in a hashable form (tuples,
+and frozensets of pairs for maps), and ``items()`` gives them back as lists and dicts (a
+list key and a tuple key with the same items are the same key, as msgpack cannot tell
+them apart).  A list key costs one tuple copy per call; it is checked against the codec
+only when it is new to the state.
 
 A value changed in place must be ``put`` again to be saved (as in Storm).
 """
@@ -36,12 +38,10 @@ class _Deleted:
 DELETED: Final = _Deleted()
 
 _PLAIN: Final = frozenset({str, int, float, bool, bytes, type(None)})
-
-
-class _FrozenList(tuple[Any, ...]):
-    """A list (or tuple) key in hashable form; equal to the plain tuple of its items."""
-
-    __slots__ = ()
+#: Scalars msgpack stores whatever their value (ints only within 64 bits: checked apart).
+_SAFE: Final = frozenset({str, float, bool, bytes, type(None)})
+_INT_MIN: Final = -(2**63)
+_INT_MAX: Final = 2**64 - 1
 
 
 class _FrozenMap(frozenset[Any]):
@@ -51,12 +51,17 @@ class _FrozenMap(frozenset[Any]):
 
 
 def freeze(value: Any) -> Any:
-    """Return a key in the hashable form the state keeps (lists and maps frozen)."""
+    """Return a key in the hashable form the state keeps (lists as tuples, maps frozen)."""
     kind = type(value)
     if kind in _PLAIN:
         return value
-    if kind is list or kind is tuple or kind is _FrozenList:
-        return _FrozenList(freeze(v) for v in value)
+    if kind is list or kind is tuple:
+        frozen = tuple(value)
+        try:
+            hash(frozen)
+        except TypeError:  # a list or map inside
+            return tuple(freeze(v) for v in value)
+        return frozen
     if kind is dict or kind is _FrozenMap:
         items = value.items() if kind is dict else value
         return _FrozenMap((freeze(k), freeze(v)) for k, v in items)
@@ -66,11 +71,33 @@ def freeze(value: Any) -> Any:
 def thaw(value: Any) -> Any:
     """Return a key as the user gave it: lists and dicts for frozen keys."""
     kind = type(value)
-    if kind is _FrozenList:
+    if kind is tuple:
         return [thaw(v) for v in value]
     if kind is _FrozenMap:
         return {thaw(k): thaw(v) for k, v in value}
     return value
+
+
+def _flat(items: Any) -> bool:
+    """Whether a list or tuple holds only scalars msgpack stores as they are (no packing needed)."""
+    for v in items:
+        kind = type(v)
+        if kind not in _SAFE and not (kind is int and _INT_MIN <= v <= _INT_MAX):
+            return False
+    return True
+
+
+def _check_value(value: Any, what: str = "value") -> None:
+    """Refuse what the codec cannot store; scalars and flat lists are known good without packing."""
+    kind = type(value)
+    if kind is int:
+        if _INT_MIN <= value <= _INT_MAX:
+            return
+        msg = f"state {what} {value} is an int outside 64 bits, which the codec cannot store; store it as a str"
+        raise StateError(msg)
+    if kind in _SAFE or ((kind is list or kind is tuple) and _flat(value)):
+        return
+    _check(value, what)
 
 
 def _check(value: Any, what: str) -> None:
@@ -80,8 +107,8 @@ def _check(value: Any, what: str) -> None:
         kind = type(value)
         name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
         msg = (
-            f"state {what} of type {name} cannot be stored ({exc}); store str, bytes, int, float, bool, None, "
-            "lists and maps of those, or Spark's date/time/decimal values"
+            f"state {what} of type {name} cannot be stored ({exc}); store str, bytes, int (64 bits), float, "
+            "bool, None, lists and maps of those, or Spark's date/time/decimal values"
         )
         raise StateError(msg) from exc
 
@@ -106,10 +133,28 @@ class KeyValueState:
     # --- the bolt's API ---------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key``, or ``default``."""
-        try:
+        kind = type(key)
+        if kind in _PLAIN:
             return self._data.get(key, default)
-        except TypeError:  # an unhashable key: a list or a map
-            return self._data.get(freeze(key), default)
+        if kind is list:
+            try:
+                return self._data.get(tuple(key), default)
+            except TypeError:  # a list or map inside
+                pass
+        return self._data.get(freeze(key), default)
+
+    def _key(self, key: Any) -> Any:
+        """Return a non-str key as kept, checked against the codec unless the state holds it already."""
+        frozen = tuple(key) if type(key) is list else key
+        try:
+            if frozen in self._data:  # it passed the check below when it was put
+                return frozen
+        except TypeError:  # a list or a map
+            frozen = freeze(key)
+            if frozen in self._data:
+                return frozen
+        _check_value(key, "key")
+        return frozen
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` to ``value``.
@@ -119,11 +164,11 @@ class KeyValueState:
         StateError
             The key or value is of a type the state cannot store (it names the type).
         """
-        if type(key) not in _PLAIN:
-            _check(key, "key")
-            key = freeze(key)
-        if type(value) not in _PLAIN:
-            _check(value, "value")
+        if type(key) is not str:
+            key = self._key(key)
+        kind = type(value)
+        if kind not in _SAFE and not (kind is int and _INT_MIN <= value <= _INT_MAX):
+            _check_value(value)
         self._data[key] = value
         self._changed.add(key)
 
@@ -152,10 +197,9 @@ class KeyValueState:
         return len(self._data)
 
     def __contains__(self, key: Any) -> bool:
-        try:
+        if type(key) in _PLAIN:
             return key in self._data
-        except TypeError:
-            return freeze(key) in self._data
+        return freeze(key) in self._data
 
     def __repr__(self) -> str:
         return f"KeyValueState({len(self._data)} keys, {len(self._changed)} changed)"
@@ -173,13 +217,13 @@ class KeyValueState:
             msg = f"put_many: {len(key_list)} keys but {len(value_list)} values"
             raise StateError(msg)
         data, changed = self._data, self._changed
-        plain = _PLAIN
+        safe, kept = _SAFE, self._key
         for key, value in zip(key_list, value_list, strict=True):
-            if type(key) not in plain:
-                _check(key, "key")
-                key = freeze(key)
-            if type(value) not in plain:
-                _check(value, "value")
+            if type(key) is not str:
+                key = kept(key)
+            kind = type(value)
+            if kind not in safe and not (kind is int and _INT_MIN <= value <= _INT_MAX):
+                _check_value(value)
             data[key] = value
             changed.add(key)
 

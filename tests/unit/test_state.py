@@ -53,6 +53,32 @@ def test_a_value_the_codec_cannot_store_is_refused_naming_its_type() -> None:
     assert len(state) == 0
 
 
+def test_ints_beyond_64_bits_are_refused_as_keys_values_and_inside_lists() -> None:
+    state = KeyValueState()
+    big = 2**64
+    with pytest.raises(StateError, match=r"state key 18446744073709551616 is an int outside 64 bits.*as a str"):
+        state.put(big, 1)
+    with pytest.raises(StateError, match=r"state value 18446744073709551616 is an int outside 64 bits"):
+        state.put("k", big)
+    with pytest.raises(StateError, match=r"state key of type list cannot be stored"):
+        state.put(["user", big], 1)
+    with pytest.raises(StateError, match=r"state value of type list cannot be stored"):
+        state.put_many(["k"], [[1, -(2**63) - 1]])
+    state.put(2**64 - 1, -(2**63))  # the edges fit
+    assert state.get(2**64 - 1) == -(2**63)
+    assert len(state) == 1
+
+
+def test_list_keys_nested_or_flat_are_one_key_whatever_the_sequence_type() -> None:
+    state = KeyValueState()
+    state.put(["user", 1], 1)
+    state.put(("user", 1), state.get(["user", 1]) + 1)
+    state.put(["n", [1, {"x": [2]}]], 5)
+    assert state.get(("n", (1, {"x": (2,)}))) == 5
+    assert sorted(map(repr, state.items())) == sorted(map(repr, [(["user", 1], 2), (["n", [1, {"x": [2]}]], 5)]))
+    assert state.changed == 2
+
+
 def test_changes_are_the_keys_put_or_deleted_since_the_last_checkpoint() -> None:
     state = KeyValueState({"a": 1, "b": 2})
     state.put("a", 10)
