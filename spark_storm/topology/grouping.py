@@ -61,8 +61,11 @@ class FieldsGrouper(Grouper):
         self._indexes = list(indexes)
         self._single = self._indexes[0] if len(self._indexes) == 1 else None
         self._by_str: dict[str, int] = {}
+        self._only = self.targets[0] if len(self.targets) == 1 else None  # one target: nothing to hash for
 
     def choose(self, values: Sequence[object]) -> list[int]:
+        if self._only is not None:
+            return [self._only]  # a new list: emit() hands it to the bolt
         single = self._single
         if single is not None:
             key = values[single]

@@ -209,6 +209,8 @@ class Router:
             return None
         if g == "global":
             return np.full(n, self.tasks[0], dtype=np.int64)
+        if g == "fields" and len(self.tasks) == 1:
+            return np.full(n, self.tasks[0], dtype=np.int64)
         if g == "fields":
             h = spark_hash([batch.column(c) for c in self.key_columns]).astype(np.int64)
             return self.tasks[np.mod(h, len(self.tasks))]
@@ -243,6 +245,8 @@ class Router:
                 (int(order[(first + i) % k]), batch.slice(int(lo), int(hi - lo)))
                 for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
             ]
+        if self.grouping in ("fields", "global") and len(self.tasks) == 1 and batch.num_rows:
+            return [(int(self.tasks[0]), batch)]  # one target: the batch as it is, nothing hashed or copied
         return split_by_task(batch, self.route(batch, tasks), self.tasks.tolist())
 
     def _direct(self, batch: pa.RecordBatch, tasks: Any) -> Any:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_storm.topology import Input, TopologyBuilder, fields_hash
-from spark_storm.topology.grouping import make_grouper
+from spark_storm.topology.grouping import FieldsGrouper, make_grouper
 from spark_storm.topology.routing import Router, make_batch_router, spark_hash, split_by_task
 
 
@@ -147,3 +147,18 @@ def test_the_writer_joins_sparks_small_batches_in_order_and_the_same_way_each_ti
     assert [v for b in joined for v in b.column("n").to_pylist()] == list(range(20))
     assert [b.num_rows for b in coalesce(batches, 6)] == [7, 10, 3]
     assert list(coalesce([], 6)) == []
+
+
+def test_fields_and_global_with_one_target_pass_the_batch_through_unhashed() -> None:
+    batch = pa.record_batch({"w": pa.array(["a", "b", None]), "n": pa.array([1, 2, 3])})
+    for router in (Router([4], "fields", ["w"]), Router([4], "global")):
+        [(task, piece)] = router.split(batch)
+        assert task == 4
+        assert piece is batch  # no hash, no gather, no copy
+        assert _tasks(router, batch) == [4, 4, 4]
+    assert Router([4], "fields", ["w"]).split(batch.slice(0, 0)) == []
+    grouper = FieldsGrouper([4], [0])  # the tuple path
+    assert grouper.choose(["a", 1]) == [4]
+    first = grouper.choose(["b", 2])
+    first.append(99)  # a bolt may keep or change what emit() returned
+    assert grouper.choose(["c", 3]) == [4]
