@@ -11,13 +11,18 @@ import pytest
 import yaml
 
 
-def wait_until(pred: Callable[[], object], *, what: str, timeout: float = 10.0) -> None:
-    """Poll ``pred`` until it is truthy; fail the test naming ``what`` after ``timeout`` s."""
+def wait_until(pred: Callable[[], object], *, what: str, timeout: float = 10.0, interval: float = 0.005) -> None:
+    """Poll ``pred`` every ``interval`` s until it is truthy; fail the test naming ``what`` after ``timeout`` s.
+
+    The default polls often (in-process state is cheap to look at); a ``pred`` that asks
+    another process (ZooKeeper, a log file, an HTTP endpoint) each time passes a longer
+    ``interval`` so the polling does not take the CPU the processes under test need.
+    """
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
             pytest.fail(f"gave up after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+        time.sleep(interval)
 
 
 def kafka_result_topology(directory: Path, name: str, broker: str, topic: str) -> Path:

@@ -23,8 +23,8 @@ from pyspark import cloudpickle
 
 from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.connect.conftest import install_spec
-from tests.spark.conftest import health, records, two_stage, write_json_rows
+from tests.support.connect import install_spec
+from tests.support.spark import health, records, two_stage, write_json_rows
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark]
 

@@ -22,7 +22,7 @@ import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
 from tests.helpers import wait_until
-from tests.spark.conftest import write_json_rows
+from tests.support.spark import write_json_rows
 
 pytestmark = pytest.mark.spark
 
