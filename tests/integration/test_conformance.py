@@ -480,7 +480,11 @@ def test_a_client_for_another_topology_is_refused(variant: str, tmp_path: Path, 
         with sctx.bind(TOPO, 0, lambda b: None) as server:
             client = cctx.connect("other-topology", "127.0.0.1", server.port)
             wait_until(lambda: server.metrics()["auth_failures"] >= 1, what="the server to refuse")
-            assert "other-topology" in (client.metrics()["last_error"] or "")
+            # the client learns of the refusal on its own thread, after the server counted it
+            wait_until(
+                lambda: "other-topology" in (client.metrics()["last_error"] or ""),
+                what="the client's last_error to name the topology the server refused",
+            )
             client.close()
     finally:
         for ctx in net.made:
