@@ -13,7 +13,7 @@ from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
 from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from tests.support import ROOT
-from tests.tls_certs import Pki, make_pki
+from tests.support.tls import Pki, make_pki
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,7 +86,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """A CA and certificates generated for this test session (tests/tls_certs.py)."""
+    """A CA and certificates generated for this test session (tests/support/tls.py)."""
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 

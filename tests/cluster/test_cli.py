@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from spark_storm.netutil import free_ports
-from tests.helpers import wait_until
-from tests.support import wordcount
+from tests.support import wait_until, wordcount
 from tests.support.cluster import FAST, Daemons, cli, sets
 
 pytestmark = pytest.mark.cluster

@@ -12,10 +12,10 @@ import yaml
 from spark_storm.cluster.records import ACTIVE, KILLED, TopologyRecord
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, ConfigError, UnknownTopologyError
-from tests.helpers import spark_session, wait_until
 from tests.integration.bolts import read_event_logs
+from tests.support import wait_until
 from tests.support.cluster import FAST, Daemons, cli, health, ports, running_workers, send_heartbeat, sets, submit
-from tests.support.spark import write_json_rows
+from tests.support.spark import spark_session, write_json_rows
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

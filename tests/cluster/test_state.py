@@ -13,8 +13,7 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, TopologyExistsError, UnknownTopologyError, ZooKeeperUnavailableError
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from spark_storm.topology import Slot, load_topology, plan
-from tests.helpers import wait_until
-from tests.support import ROOT
+from tests.support import ROOT, wait_until
 from tests.support.cluster import FAST, expire_session, heartbeat_record, send_heartbeat
 
 pytestmark = pytest.mark.cluster

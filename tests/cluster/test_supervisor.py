@@ -13,8 +13,7 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import load_topology
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
-from tests.support import wordcount
+from tests.support import wait_until, wordcount
 from tests.support.cluster import (
     FAST,
     Daemons,

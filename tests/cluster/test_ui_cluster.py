@@ -22,8 +22,7 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot, load_topology
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
-from tests.support import ROOT, wordcount
+from tests.support import ROOT, wait_until, wordcount
 from tests.support.cluster import (
     UI_FAST,
     Api,

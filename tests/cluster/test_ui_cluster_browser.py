@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from spark_storm.cluster.state import ClusterState
-from tests.helpers import wait_until
-from tests.support import ROOT, wordcount
+from tests.support import ROOT, wait_until, wordcount
 from tests.support.cluster import Daemons, nimbus_with_ui, ports, running_workers, submit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]

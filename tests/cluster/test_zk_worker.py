@@ -19,8 +19,7 @@ from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.transport import make_context
 from spark_storm.worker.zk_worker import ZooKeeperWorker
-from tests.helpers import wait_until
-from tests.support import wordcount
+from tests.support import wait_until, wordcount
 from tests.support.cluster import (
     FAST,
     Daemons,

@@ -16,7 +16,7 @@ def connect() -> Iterator[Any]:
 
     No ``register()``: the server finds ``format("storm")`` by itself, as it would where
     spark-storm is installed on a cluster.  The server is given every connector jar, as the
-    classic modules are (one JVM serves the whole pytest process: tests/helpers.py).
+    classic modules are (one JVM serves the whole pytest process: tests/support/spark.py).
     """
     from spark_storm.spark.session import connect_session
 

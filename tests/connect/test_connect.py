@@ -23,7 +23,7 @@ from pyspark import cloudpickle
 
 from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 from tests.support.connect import install_spec
 from tests.support.spark import health, records, two_stage, write_json_rows
 

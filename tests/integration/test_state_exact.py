@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from spark_storm.state.protocol import PAUSE
-from tests.helpers import wait_until
+from tests.support import wait_until
 from tests.support.ledger import Ledger, expected
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.support import wait_until
 from tests.support.multihost import HOSTS, POLL, ROWS_PER_FILE, Cluster, Network, recovery, report
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster, pytest.mark.spark]

@@ -24,7 +24,7 @@ import pytest
 
 from spark_storm.topology import plan
 from spark_storm.topology.model import load_topology
-from tests.helpers import wait_until
+from tests.support import wait_until
 from tests.support.cluster import alive
 from tests.support.ledger import ledger_topology
 from tests.support.multihost import POLL, ROWS_PER_FILE, Cluster, Network, recovery, report

@@ -21,8 +21,7 @@ from spark_storm.cluster.records import HeartbeatZnode
 from spark_storm.cluster.state import ClusterState
 from spark_storm.reports import WorkerHeartbeat, WorkerMetrics, parse_worker_metrics
 from spark_storm.topology import Slot
-from tests.helpers import wait_until
-from tests.support import ROOT
+from tests.support import ROOT, wait_until
 
 #: Short timeouts so failures are noticed in seconds (the defaults are Storm's).
 FAST: dict[str, Any] = {

@@ -26,7 +26,7 @@ from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 
 def ledger_topology(

@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import wait_until
 from tests.integration.bolts import read_event_logs
-from tests.support import ROOT
+from tests.support import ROOT, wait_until
 from tests.support.cluster import sets
 from tests.support.spark import write_json_rows
 

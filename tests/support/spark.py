@@ -1,4 +1,4 @@
-"""The Spark tier's helpers: JSON input files, a two-stage recording topology, what its bolts recorded,
+"""The Spark tier's helpers: a local session with the connector jars, JSON input files, a two-stage recording topology, what its bolts recorded,
 and the wordcount job run by ``spark-submit`` (local and standalone masters)."""
 
 from __future__ import annotations
@@ -18,6 +18,19 @@ from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import ROOT
 
 RECORDING_BOLT = "tests.integration.bolts:RecordingBolt"
+
+
+def spark_session(app: str, conf: dict[str, str] | None = None) -> Any:
+    """A local SparkSession for a test module, with every connector jar scripts/fetch-jars got.
+
+    Spark puts ``spark.jars`` on the driver's classpath only when its JVM starts, and one
+    JVM serves every session of the pytest process: so every module asks for the same jars,
+    and whichever starts the JVM first makes Kafka and Delta available to the others.
+    """
+    from spark_storm.spark.session import local_session
+
+    jars = sorted(str(p) for p in (ROOT / "jars" / "spark").glob("*.jar"))
+    return local_session(app, jars=jars, conf=conf)
 
 
 def write_json_rows(directory: Path, rows: list[dict[str, Any]], files: int = 4, prefix: str = "part") -> None:
