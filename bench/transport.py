@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         import tempfile
         from pathlib import Path
 
-        from tests.tls_certs import make_pki, tls_conf
+        from tests.support.tls import make_pki, tls_conf
 
         SIDES["tcp-tls"] = tls_conf(make_pki(Path(tempfile.mkdtemp(prefix="bench-pki-"))))
         sides.append("tcp-tls")

@@ -12,11 +12,13 @@ from spark_storm.tools import zookeeper_server
 from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
 from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
-from tests.tls_certs import Pki, make_pki
+from tests.support import ROOT
+from tests.support.tls import Pki, make_pki
 
-logging.getLogger("spark_storm").setLevel(logging.DEBUG)
 
-ROOT = Path(__file__).resolve().parents[1]
+def pytest_configure(config: pytest.Config) -> None:
+    """The library's debug log in every test's captured output."""
+    logging.getLogger("spark_storm").setLevel(logging.DEBUG)
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +86,7 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    """A CA and certificates generated for this test session (tests/tls_certs.py)."""
+    """A CA and certificates generated for this test session (tests/support/tls.py)."""
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 

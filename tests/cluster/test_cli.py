@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from spark_storm.netutil import free_ports
-from tests.cluster.conftest import FAST, Daemons, cli, sets, wordcount
-from tests.helpers import wait_until
+from tests.support import wait_until, wordcount
+from tests.support.cluster import FAST, Daemons, cli, sets
 
 pytestmark = pytest.mark.cluster
 

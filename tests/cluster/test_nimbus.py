@@ -20,8 +20,8 @@ from spark_storm.cluster.nimbus import Nimbus
 from spark_storm.cluster.records import Assignment, SupervisorInfo
 from spark_storm.cluster.state import ClusterState
 from spark_storm.topology import Slot, load_topology, plan
-from tests.cluster.conftest import FAST, Daemons, heartbeat_record, wordcount
-from tests.helpers import wait_until
+from tests.support import wait_until, wordcount
+from tests.support.cluster import FAST, Daemons, heartbeat_record
 
 pytestmark = pytest.mark.cluster
 

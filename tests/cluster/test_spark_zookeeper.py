@@ -12,10 +12,10 @@ import yaml
 from spark_storm.cluster.records import ACTIVE, KILLED, TopologyRecord
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, ConfigError, UnknownTopologyError
-from tests.cluster.conftest import FAST, Daemons, cli, ports, running_workers, send_heartbeat, sets, submit
-from tests.helpers import spark_session, wait_until
 from tests.integration.bolts import read_event_logs
-from tests.spark.conftest import write_json_rows
+from tests.support import wait_until
+from tests.support.cluster import FAST, Daemons, cli, health, ports, running_workers, send_heartbeat, sets, submit
+from tests.support.spark import spark_session, write_json_rows
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -63,8 +63,6 @@ def _rows(start: int, n: int) -> list[dict[str, Any]]:
 
 def _spark_groups_by_slot(state: ClusterState, name: str) -> dict[str, int]:
     """Delivery groups each worker got straight from Spark writers (forwarded tuples are not groups)."""
-    from tests.cluster.conftest import health
-
     out = {}
     for slot in state.read_heartbeats(name):
         out[str(slot)] = sum(int(q["groups"]) for q in health(state, name, slot)["writers"])

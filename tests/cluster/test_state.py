@@ -7,15 +7,14 @@ import time
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
 
 from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, Assignment, SupervisorInfo, TopologyRecord
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ClusterError, TopologyExistsError, UnknownTopologyError, ZooKeeperUnavailableError
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from spark_storm.topology import Slot, load_topology, plan
-from tests.cluster.conftest import FAST, ROOT, heartbeat_record, send_heartbeat
-from tests.helpers import wait_until
+from tests.support import ROOT, wait_until
+from tests.support.cluster import FAST, expire_session, heartbeat_record, send_heartbeat
 
 pytestmark = pytest.mark.cluster
 SOURCE = (ROOT / "conf" / "topologies" / "wordcount.yaml").read_text()
@@ -128,17 +127,6 @@ def test_chroots_keep_clusters_apart(zookeeper: str) -> None:
         a.remove_topology("only-in-a")
 
 
-def _expire(state: ClusterState, hosts: str) -> None:
-    """Expire ``state``'s session the way ZooKeeper does: another client takes it over and closes it."""
-    handle = state.session.session_handle()
-    assert handle is not None
-    session_id, password = handle
-    thief = KazooClient(hosts=hosts, client_id=(session_id, password))
-    thief.start(timeout=10)
-    thief.stop()
-    thief.close()
-
-
 def test_a_lost_session_re_registers_ephemerals_and_re_arms_watches(zk: str, zookeeper: str) -> None:
     with ClusterState(zk, FAST) as observer, ClusterState(zk, FAST) as st:
         changes: list[str] = []
@@ -148,7 +136,7 @@ def test_a_lost_session_re_registers_ephemerals_and_re_arms_watches(zk: str, zoo
         st.watch_assignment("wordcount", lambda a: seen.append(a.version if a else 0))
         wait_until(lambda: seen == [0], what="initial call")
         old_session = st.session.session_id()
-        _expire(st, zookeeper)
+        expire_session(st, zookeeper)
         wait_until(lambda: "lost" in changes, what="the session loss", timeout=20)
         wait_until(
             lambda: st.session.connected and st.session.session_id() != old_session, what="a new session", timeout=20

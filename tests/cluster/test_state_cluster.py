@@ -17,11 +17,11 @@ import pytest
 
 from spark_storm.cluster.state import ClusterState
 from spark_storm.topology import plan
-from tests.cluster.conftest import FAST as CLUSTER_FAST
-from tests.cluster.conftest import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
-from tests.helpers import spark_session, wait_until
-from tests.spark.conftest import write_json_rows
+from tests.support import wait_until
+from tests.support.cluster import FAST as CLUSTER_FAST
+from tests.support.cluster import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
 from tests.support.ledger import expected, ledger_state, ledger_topology, rows_for
+from tests.support.spark import spark_session, write_json_rows
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
 

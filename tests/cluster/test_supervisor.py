@@ -13,7 +13,8 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import load_topology
 from spark_storm.transport import make_context
-from tests.cluster.conftest import (
+from tests.support import wait_until, wordcount
+from tests.support.cluster import (
     FAST,
     Daemons,
     alive,
@@ -24,10 +25,8 @@ from tests.cluster.conftest import (
     sets,
     submit,
     wait_gone,
-    wordcount,
     worker_pids,
 )
-from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
 

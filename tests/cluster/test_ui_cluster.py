@@ -8,15 +8,12 @@ through it; every answer is checked against ZooKeeper and the workers' own ``/he
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgpack
 import pytest
@@ -25,71 +22,24 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot, load_topology
 from spark_storm.transport import make_context
-from tests.cluster.conftest import (
-    FAST,
-    ROOT,
-    Daemon,
+from tests.support import ROOT, wait_until, wordcount
+from tests.support.cluster import (
+    UI_FAST,
+    Api,
     Daemons,
     cli,
     health,
+    nimbus_with_ui,
     ports,
     running_workers,
     sets,
     submit,
     wait_gone,
-    wordcount,
 )
-from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
 
-#: The UI reads the cluster four times a second here (so the test waits less).
-UI_FAST = {**FAST, "ui.sample.interval.ms": 250}
 COUNTS: tuple[Literal["executed", "emitted", "acked", "failed"], ...] = ("executed", "emitted", "acked", "failed")
-
-
-class Api:
-    """A plain HTTP client for one UI's /api/v1/."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base.rstrip("/")
-
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"{self.base}/api/v1/{path}", timeout=10) as r:
-            return json.loads(r.read())
-
-    def post(self, path: str, body: Any = None) -> tuple[int, Any]:
-        data = b"" if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.base}/api/v1/{path}", data=data, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read())
-
-    def components(self, topology: str) -> dict[str, dict[str, Any]]:
-        topo = self.get(f"topology/{topology}")
-        return {c["componentId"]: c for c in topo["spouts"] + topo["bolts"]}
-
-    def topology_row(self, topology: str) -> dict[str, Any] | None:
-        rows = [t for t in self.get("topology/summary")["topologies"] if t["id"] == topology]
-        return rows[0] if rows else None
-
-    def status(self, topology: str) -> str:
-        row = self.topology_row(topology)
-        assert row is not None, f"{topology} is not listed"
-        return str(row["status"])
-
-
-def _nimbus_with_ui(daemons: Daemons) -> tuple[Daemon, Api]:
-    n = len(daemons.started)
-    daemon = Daemon(
-        daemons.tmp / f"nimbus-ui-{n}.log", ["nimbus", "--zookeeper", daemons.zk, "--ui-port", "0", *sets(UI_FAST)]
-    )
-    daemons.started.append(daemon)
-    daemon.wait_for(": UI on http://")
-    line = next(x for x in daemon.output().splitlines() if x.startswith("nimbus ") and ": UI on http://" in x)
-    return daemon, Api(line.split(": UI on ")[1].split()[0])
 
 
 def _other_nimbus(state: ClusterState, leader: str) -> str:
@@ -133,9 +83,9 @@ def _send(state: ClusterState, path: Path, sentences: int) -> Slot:
 def test_nimbus_serves_the_ui_and_its_actions_change_the_cluster(
     daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
 ) -> None:
-    leader_daemon, ui = _nimbus_with_ui(daemons)
+    leader_daemon, ui = nimbus_with_ui(daemons)
     leader_daemon.wait_for("is the leader")
-    other_daemon, other = _nimbus_with_ui(daemons)  # not the leader: serves the same state
+    other_daemon, other = nimbus_with_ui(daemons)  # not the leader: serves the same state
     sup = daemons.supervisor(ports(3), sid="sup-a")
     sup.wait_for("offering")
     path = wordcount(tmp_path)

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from spark_storm.cluster.state import ClusterState
-from tests.cluster.conftest import ROOT, Daemons, ports, running_workers, submit, wordcount
-from tests.cluster.test_ui_cluster import _nimbus_with_ui
-from tests.helpers import wait_until
+from tests.support import ROOT, wait_until, wordcount
+from tests.support.cluster import Daemons, nimbus_with_ui, ports, running_workers, submit
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 
@@ -65,7 +64,7 @@ def _stat(driver: Any, label: str) -> str:
 def test_cluster_page_and_topology_buttons_in_a_browser(
     daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path, browser: Any
 ) -> None:
-    nimbus, ui = _nimbus_with_ui(daemons)
+    nimbus, ui = nimbus_with_ui(daemons)
     nimbus.wait_for("is the leader")
     sup = daemons.supervisor(ports(2), sid="sup-a")
     sup.wait_for("offering")

@@ -21,8 +21,8 @@ from spark_storm.errors import ConfigError, TopologyActionError, UnknownTopology
 from spark_storm.topology import Slot
 from spark_storm.ui import ZooKeeperSource
 from spark_storm.ui.source import TopologyRef
-from tests.cluster.conftest import FAST, send_heartbeat, wordcount
-from tests.helpers import wait_until
+from tests.support import wait_until, wordcount
+from tests.support.cluster import FAST, send_heartbeat
 
 pytestmark = pytest.mark.cluster
 

@@ -19,22 +19,21 @@ from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.transport import make_context
 from spark_storm.worker.zk_worker import ZooKeeperWorker
-from tests.cluster.conftest import (
+from tests.support import wait_until, wordcount
+from tests.support.cluster import (
     FAST,
     Daemons,
     alive,
     cli,
+    expire_session,
     health,
     ports,
     running_workers,
     sets,
     submit,
     wait_gone,
-    wordcount,
     worker_pids,
 )
-from tests.cluster.test_state import _expire
-from tests.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -130,7 +129,7 @@ def test_a_cluster_worker_follows_assignments_status_and_survives_a_lost_session
 
         # a lost ZooKeeper session: reconnected, heartbeats resume, the bolts never stopped
         old_session = wa.state.session.session_id()
-        _expire(wa.state, zookeeper)
+        expire_session(wa.state, zookeeper)
         wait_until(
             lambda: wa.state.session.connected and wa.state.session.session_id() not in (None, old_session),
             what="A's new ZooKeeper session",

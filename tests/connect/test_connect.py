@@ -23,8 +23,9 @@ from pyspark import cloudpickle
 
 from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.connect.conftest import install_spec
-from tests.spark.conftest import health, records, two_stage, write_json_rows
+from tests.support import wait_until
+from tests.support.connect import install_spec
+from tests.support.spark import health, records, two_stage, write_json_rows
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark]
 
@@ -196,9 +197,12 @@ def test_foreach_storm_foreach_in_real_time_mode_over_kafka(connect: Any, kafka_
             .start()
         )
         try:
-            deadline = time.monotonic() + 120
-            while _tuples_in(cluster) < 200 and q.exception() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
+            wait_until(
+                lambda: _tuples_in(cluster) >= 200 or q.exception() is not None,
+                what="200 rows in the workers' source tasks",
+                timeout=120,
+                interval=0.2,
+            )
             assert q.exception() is None, q.exception()
             assert _tuples_in(cluster) == 200
         finally:
@@ -229,9 +233,12 @@ def test_storm_sink_asks_for_query_id_when_two_queries_are_in_a_batch(connect: A
         .start()
     )
     try:
-        deadline = time.monotonic() + 120
-        while not holder.status["isTriggerActive"] and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(
+            lambda: holder.status["isTriggerActive"],
+            what="the holder query's trigger active",
+            timeout=120,
+            interval=0.05,
+        )
         q = (
             _stream(connect, tmp_path / "in")
             .writeStream.foreachBatch(storm_sink(topology=str(topo), workers="127.0.0.1:1"))

@@ -18,8 +18,8 @@ import zmq
 from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import BatchAck, BatchHeader, FrameDecoder, Seq, encode_control, encode_messages
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
 from tests.hostile.attack import MiB, RssPeak, frame_header, raw_handshake, send_good, served, zmq_handshake
+from tests.support import wait_until
 
 pytestmark = pytest.mark.hostile
 

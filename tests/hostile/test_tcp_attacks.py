@@ -12,8 +12,8 @@ import pytest
 
 from spark_storm.messaging import ConnectionStatus
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
 from tests.hostile.attack import MiB, RssPeak, cpu_seconds, frame_header, raw_handshake, send_good, served
+from tests.support import wait_until
 
 pytestmark = pytest.mark.hostile
 

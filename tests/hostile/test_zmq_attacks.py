@@ -13,8 +13,8 @@ import zmq
 from spark_storm.messaging import ConnectionStatus
 from spark_storm.messaging.wire import Eob, encode_control
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
 from tests.hostile.attack import MiB, RssPeak, cpu_seconds, evil_data, good_messages, send_good, served, zmq_handshake
+from tests.support import wait_until
 
 pytestmark = pytest.mark.hostile
 

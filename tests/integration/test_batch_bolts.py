@@ -15,8 +15,8 @@ from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
 from spark_storm.topology import Slot
 from spark_storm.topology.model import load_topology
-from tests.helpers import wait_until
 from tests.integration.runs import Run, arrow_payload
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

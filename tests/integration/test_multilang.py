@@ -19,8 +19,8 @@ import pytest
 
 from spark_storm.topology import Slot
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
 from tests.integration.runs import Run, rows
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

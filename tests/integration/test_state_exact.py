@@ -15,27 +15,10 @@ from typing import Any
 import pytest
 
 from spark_storm.state.protocol import PAUSE
-from tests.helpers import wait_until
-from tests.support.ledger import ExactRun, expected, ledger_state, ledger_topology, rows_for
+from tests.support import wait_until
+from tests.support.ledger import Ledger, expected
 
 pytestmark = pytest.mark.integration
-
-
-class Ledger(ExactRun):
-    """The keyed ledger topology run by worker processes."""
-
-    def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False, conf: dict[str, Any] | None = None) -> None:
-        super().__init__(ledger_topology(tmp, batch=batch, conf=conf), workers)
-        self.tmp = tmp
-
-    def feed(self, batch: int, n: int = 600) -> None:
-        self.send(batch, rows_for(batch, n))
-
-    def state(self) -> dict[str, list[int]]:
-        return ledger_state(self.tmp / "state", self.cluster.topology.name, self.cluster.plan)
-
-    def kill_mid_batch(self, victim: int, batch: int, n: int) -> threading.Thread:  # type: ignore[override]
-        return super().kill_mid_batch(victim, batch, rows_for(batch, n))
 
 
 def test_committed_state_is_exact_without_failures(tmp_path: Path) -> None:

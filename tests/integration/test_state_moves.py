@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from spark_storm.state.files import EmbeddedBackend
-from tests.integration.test_state_exact import Ledger
-from tests.support.ledger import expected, rows_for
+from tests.support.ledger import Ledger, expected, rows_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from spark_storm.messaging import IContext, IServer, TaskMessage
 from spark_storm.messaging.wire import Hello, encode_control, encode_messages
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from spark_storm.errors import ConnectionClosedError
 from spark_storm.messaging import ConnectionStatus, TaskMessage
 from spark_storm.netutil import free_ports
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

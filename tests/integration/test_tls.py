@@ -1,7 +1,7 @@
 """TLS for the tcp transport: verification, mutual TLS, hostname checks, bad config.
 
 The conformance suite runs every transport test over mutual TLS too (variant ``tcp-tls``);
-this file covers what only TLS has, with certificates the tests make (tests/tls_certs.py).
+this file covers what only TLS has, with certificates the tests make (tests/support/tls.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from spark_storm.errors import ConfigError
 from spark_storm.messaging import ConnectionStatus, IContext, TaskMessage
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
-from tests.tls_certs import Pki, tls_conf
+from tests.support import wait_until
+from tests.support.tls import Pki, tls_conf
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import wait_until
 from tests.integration.ui_support import LedgerUI, UICluster, pipeline
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from spark_storm.latency import merge_buckets, percentile_of
-from tests.helpers import wait_until
 from tests.integration.ui_support import LedgerUI, UICluster, pipeline
+from tests.support import wait_until
 from tests.support.ledger import expected, ledger_state
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ from spark_storm.codec.tuples import BROADCAST_TASK
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from tests.helpers import wait_until
 from tests.integration.runs import Run, arrow_payload, rows
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from spark_storm.config import load_config
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker import Worker
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 

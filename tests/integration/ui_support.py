@@ -19,8 +19,8 @@ from spark_storm.topology import Slot
 from spark_storm.transport import make_context
 from spark_storm.ui import UIServer, local_ui
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
 from tests.integration.runs import Run
+from tests.support import wait_until
 from tests.support.ledger import GroupWriter, ledger_topology, rows_for
 
 BOLT = "tests.integration.bolts:RecordingBolt"

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import spark_session
+from tests.support.spark import spark_session
 
 
 @pytest.fixture(scope="module")

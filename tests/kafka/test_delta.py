@@ -15,7 +15,7 @@ import pytest
 
 from jobs import delta_to_storm, results_to_delta
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import kafka_result_topology
+from tests.support.kafka import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -19,7 +19,7 @@ import yaml
 from spark_storm.state.protocol import Coordinator
 from spark_storm.transport import make_context
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 from tests.support.ledger import GroupWriter, expected, rows_for
 
 pytestmark = pytest.mark.kafka

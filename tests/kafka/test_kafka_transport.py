@@ -19,7 +19,7 @@ from spark_storm.netutil import free_ports
 from spark_storm.transport import make_context
 from spark_storm.transport.kafka import topic_for
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 pytestmark = pytest.mark.kafka
 

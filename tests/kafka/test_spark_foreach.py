@@ -19,7 +19,7 @@ from spark_storm.errors import ConfigError
 from spark_storm.spark import storm_foreach
 from spark_storm.topology.hashing import fields_hash
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

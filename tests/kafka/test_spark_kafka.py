@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import kafka_result_topology
+from tests.support.kafka import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]

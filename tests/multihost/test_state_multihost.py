@@ -24,11 +24,10 @@ import pytest
 
 from spark_storm.topology import plan
 from spark_storm.topology.model import load_topology
-from tests.cluster.conftest import alive
-from tests.multihost.conftest import Network, NsProcess
-from tests.multihost.test_multihost import ROWS_PER_FILE, Cluster, _recovery, _report, wait_until
-from tests.spark.conftest import write_json_rows
+from tests.support import wait_until
+from tests.support.cluster import alive
 from tests.support.ledger import ledger_topology
+from tests.support.multihost import POLL, ROWS_PER_FILE, Cluster, Network, recovery, report
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -60,26 +59,6 @@ def redis_url(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Ite
         server.stop()  # by the PID it recorded
 
 
-def _stream(cluster: Cluster, name: str, files: int) -> None:
-    """``Cluster.stream`` with a longer deadline for the job (a cut, a reassignment and rollbacks on 2 cores)."""
-    src = cluster.tmp / "src"
-    rows = [{"key": f"k{i % 23}", "n": i} for i in range(files * ROWS_PER_FILE)]
-    write_json_rows(src, rows, files=files, prefix="f")
-    args = ["--zookeeper", cluster.zk, "--topology", name, "--src", str(src), "--seconds", "480"]
-    args += ["--checkpoint", str(cluster.tmp / "ck"), "--expect", str(len(rows))]
-    cluster.job = NsProcess(cluster.network, "ctl", cluster.tmp / "job.log", "tests.multihost.stream_job", *args)
-    cluster.processes.append(cluster.job)
-
-
-@pytest.fixture
-def cluster(network: Network, zk_server: str, tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(network, zk_server, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
     cluster: Cluster, network: Network, redis_url: str, tmp_path: Path
 ) -> None:
@@ -101,7 +80,7 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
     cluster.cli("submit", str(path), "--workers", "3")
     v1 = cluster.running(name, 3)
     assert {cluster.host_of(s) for s in v1["slots"]} == {"h1", "h2", "h3"}  # one worker per host
-    _stream(cluster, name, files)
+    cluster.stream(name, files, seconds=480)  # a cut, a reassignment and rollbacks on 2 cores
     cluster.wait_batches(6, timeout=300)  # Spark's start alone takes a minute on a loaded 2-core machine
     # the first slot runs source task 1 and the first ledger executor (plan(): executors round-robin)
     victim = cluster.host_of(sorted(v1["slots"])[0])
@@ -114,7 +93,12 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
     seen = sum(1 for b in cluster.batches() if "batch" in b)
     cluster.wait_batches(seen + 3, timeout=300)
     network.restore(victim)
-    wait_until(lambda: not alive(zombie), what=f"the zombie worker on {victim} (pid {zombie}) stopping", timeout=120)
+    wait_until(
+        lambda: not alive(zombie),
+        what=f"the zombie worker on {victim} (pid {zombie}) stopping",
+        timeout=120,
+        interval=POLL,
+    )
     done = cluster.finish(timeout=420)
     checkpoints: dict[str, dict[str, Any]] = cluster.ask("checkpoints", name)
     topology = load_topology(str(path))
@@ -125,7 +109,7 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
         entry = want.setdefault(f"k{i % 23}", [0, 0])
         entry[0] += 1
         entry[1] += i
-    flowing, stall = _recovery(cluster.batches(), cut_at)
+    flowing, stall = recovery(cluster.batches(), cut_at)
     figures = {
         "rollbacks": max((c.get("rollbacks", 0) for c in checkpoints.values()), default=0),
         "replayed_records": sum(c.get("replayed_records", 0) for c in checkpoints.values()),
@@ -136,7 +120,7 @@ def test_a_host_cut_off_mid_stream_keeps_the_redis_ledger_exact(
         "batches": done["batches"],
         "wrong_keys": sum(1 for k, v in want.items() if got.get(k) != v),
     }
-    _report("host cut, Redis ledger", figures)
+    report("host cut, Redis ledger", figures)
     wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"
     assert set(got) == set(want)

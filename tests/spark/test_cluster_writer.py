@@ -15,8 +15,8 @@ from spark_storm.spark.options import StormOptions
 from spark_storm.spark.writer import POOL, DeliveryError, write_partition
 from spark_storm.topology import Slot, load_topology, plan
 from spark_storm.worker import Worker
-from tests.helpers import wait_until
 from tests.integration.bolts import read_event_logs
+from tests.support import wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.spark.conftest import health
+from tests.support import ROOT, wordcount
+from tests.support.spark import health, run_wordcount_job
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _wordcount(tmp_path: Path) -> Path:
-    """conf/topologies/wordcount.yaml with its report written under ``tmp_path``."""
-    path = tmp_path / "wordcount.yaml"
-    text = (ROOT / "conf" / "topologies" / "wordcount.yaml").read_text()
-    path.write_text(text.replace('report.dir: "./wordcount-report"', f'report.dir: "{tmp_path / "report"}"'))
-    return path
 
 
 def test_demo_streams_and_ends_with_sent_equal_processed() -> None:
@@ -59,7 +51,7 @@ def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> N
     from spark_storm.spark.demo import _logs_line
 
     # The demo keeps its workers' logs in its own folder, and a MISMATCH line names them.
-    cluster = LocalCluster(str(_wordcount(tmp_path)), 1, work_dir=tmp_path / "demo" / "workers")
+    cluster = LocalCluster(str(wordcount(tmp_path)), 1, work_dir=tmp_path / "demo" / "workers")
     with cluster:
         (slot,) = cluster.slots
         log = tmp_path / "demo" / "workers" / f"worker-{slot.port}.log"
@@ -69,30 +61,10 @@ def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> N
         assert _logs_line(cluster, {slot: 1}) == f"the worker logs: {log} (exit code 1)"
 
 
-def run_wordcount_job(
-    master: list[str], wordcount: Path, cluster: LocalCluster, env: dict[str, str] | None = None
-) -> tuple[subprocess.CompletedProcess[str], int]:
-    """``spark-submit <master args> jobs/wordcount_to_storm.py`` into ``cluster``; the run and rows it sent."""
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    job = [str(ROOT / "jobs" / "wordcount_to_storm.py"), "--topology", str(wordcount), "--workers", cluster.workers_arg]
-    job += ["--seconds", "2", "--min-batches", "2", "--rows-per-second", "200"]
-    out = subprocess.run(
-        [str(spark_submit), *master, *job],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    sent = int(out.stdout.split("sent ")[-1].split()[0])
-    assert sent > 0
-    return out, sent
-
-
 def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
-    wordcount = _wordcount(tmp_path)
-    with LocalCluster(str(wordcount), 2) as cluster:
-        _, sent = run_wordcount_job(["--master", "local[2]"], wordcount, cluster)
+    topology = wordcount(tmp_path)
+    with LocalCluster(str(topology), 2) as cluster:
+        _, sent = run_wordcount_job(["--master", "local[2]"], topology, cluster)
         received = sum(health(cluster, s)["counters"]["source_tuples_in"] for s in cluster.slots)
         assert received == sent
     finals = [
@@ -106,15 +78,15 @@ def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
 
 
 def test_notebook_runs_with_nbconvert_against_local_spark(tmp_path: Path) -> None:
-    wordcount = _wordcount(tmp_path)
-    with LocalCluster(str(wordcount), 2) as cluster:
+    topology = wordcount(tmp_path)
+    with LocalCluster(str(topology), 2) as cluster:
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
             # An editable install of this checkout: the %pip cell runs for real, and leaves the
             # development install as it was (Databricks users give a wheel path here).
             "SPARK_STORM_WHEEL": f"-e {ROOT}",
-            "STORM_TOPOLOGY": str(wordcount),
+            "STORM_TOPOLOGY": str(topology),
             "STORM_WORKERS": cluster.workers_arg,
             "STORM_SECONDS": "4",
         }

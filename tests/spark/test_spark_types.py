@@ -11,7 +11,7 @@ import yaml
 from spark_storm.codec.columnar import rows_of
 from spark_storm.worker.local_cluster import LocalCluster
 from tests.integration.bolts import read_values
-from tests.spark.conftest import health
+from tests.support.spark import health
 
 pytestmark = pytest.mark.spark
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
-from tests.spark.conftest import health, write_json_rows
+from tests.support import wait_until
 from tests.support.ledger import expected, ledger_state, ledger_topology, rows_for
+from tests.support.spark import health, write_json_rows
 
 pytestmark = pytest.mark.spark
 

@@ -11,8 +11,8 @@ import pytest
 
 from spark_storm.topology.hashing import fields_hash
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
-from tests.spark.conftest import health, records, two_stage, write_json_rows
+from tests.support import wait_until
+from tests.support.spark import health, records, two_stage, write_json_rows
 
 pytestmark = pytest.mark.spark
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
-from tests.spark.conftest import write_json_rows
+from tests.support import wait_until
+from tests.support.spark import write_json_rows
 
 pytestmark = pytest.mark.spark
 

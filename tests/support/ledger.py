@@ -26,7 +26,7 @@ from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
 from spark_storm.worker.local_cluster import LocalCluster
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 
 def ledger_topology(
@@ -212,3 +212,20 @@ class ExactRun:
         wait_until(lambda: self.accepted(victim) > before, what=f"worker {victim} accepting batch {batch}", timeout=30)
         self.restart(victim)
         return sender
+
+
+class Ledger(ExactRun):
+    """The keyed ledger topology (:func:`ledger_topology`) run by worker processes."""
+
+    def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False, conf: dict[str, Any] | None = None) -> None:
+        super().__init__(ledger_topology(tmp, batch=batch, conf=conf), workers)
+        self.tmp = tmp
+
+    def feed(self, batch: int, n: int = 600) -> None:
+        self.send(batch, rows_for(batch, n))
+
+    def state(self) -> dict[str, list[int]]:
+        return ledger_state(self.tmp / "state", self.cluster.topology.name, self.cluster.plan)
+
+    def kill_mid_batch(self, victim: int, batch: int, n: int) -> threading.Thread:  # type: ignore[override]
+        return super().kill_mid_batch(victim, batch, rows_for(batch, n))

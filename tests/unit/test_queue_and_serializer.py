@@ -8,7 +8,7 @@ from spark_storm.codec.serializer import MsgpackSerializer, make_serializer
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.worker.queue import BatchQueue
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 
 def test_queue_keeps_order_and_takes_up_to_the_limit_in_tuples() -> None:

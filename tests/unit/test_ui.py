@@ -19,7 +19,7 @@ from spark_storm.ui.local import LocalClusterSource
 from spark_storm.ui.sampler import ExecutorCounts, Sample, Snapshot, TopologyReading, WorkerReading, executor_counts
 from spark_storm.ui.source import ClusterView, TopologyRef, WorkerRef
 from spark_storm.worker.http import prometheus_text
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 
 def _task(executed: int, latency_ms: float = 0.5, **extra: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from spark_storm.worker.executor import BatchExecutor, TupleExecutor
 from spark_storm.worker.receive import GroupRejected
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
-from tests.helpers import wait_until
+from tests.support import wait_until
 
 A, B = Slot("h", 1), Slot("h", 2)
 TOPOLOGY = {
