@@ -74,12 +74,12 @@ def test_counts_are_exact_in_kafka_and_delta_through_a_sigkill(spark: Any, kafka
             writer.send(batch, batches[batch])
             coordinator.checkpoint({writer.query: batch})
         batches[2] = rows_for(2, 600, keys=12)
-        sender = threading.Thread(target=writer.send, args=(2, batches[2]))
-        sender.start()
         victim = next(
             s for s in cluster.slots if s in {cluster.plan.task_slot[t] for t in cluster.plan.component_tasks["in"]}
         )
-        before = cluster.health(victim)["counters"]["source_tuples_in"]
+        before = cluster.health(victim)["counters"]["source_tuples_in"]  # read before the send starts: it may be quick
+        sender = threading.Thread(target=writer.send, args=(2, batches[2]))
+        sender.start()
         wait_until(lambda: cluster.health(victim)["counters"]["source_tuples_in"] > before, what="batch 2 under way")
         cluster.kill(victim)
         cluster.start_worker(victim)
