@@ -133,15 +133,12 @@ class KeyValueState:
     # --- the bolt's API ---------------------------------------------------------------------
     def get(self, key: Any, default: Any = None) -> Any:
         """Return the value of ``key``, or ``default``."""
-        kind = type(key)
-        if kind in _PLAIN:
+        if type(key) is list:
+            key = tuple(key)
+        try:
             return self._data.get(key, default)
-        if kind is list:
-            try:
-                return self._data.get(tuple(key), default)
-            except TypeError:  # a list or map inside
-                pass
-        return self._data.get(freeze(key), default)
+        except TypeError:  # a list or a map, in the key or as the key
+            return self._data.get(freeze(key), default)
 
     def _key(self, key: Any) -> Any:
         """Return a non-str key as kept, checked against the codec unless the state holds it already."""
