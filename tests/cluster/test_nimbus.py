@@ -21,7 +21,7 @@ from spark_storm.cluster.records import Assignment, SupervisorInfo
 from spark_storm.cluster.state import ClusterState
 from spark_storm.topology import Slot, load_topology, plan
 from tests.support import wait_until, wordcount
-from tests.support.cluster import FAST, Daemons, heartbeat_record
+from tests.support.cluster import FAST, Daemons, expire_session, heartbeat_record
 
 pytestmark = pytest.mark.cluster
 
@@ -211,18 +211,10 @@ def test_two_nimbus_processes_elect_one_and_the_other_takes_over(
 
 
 def test_a_nimbus_that_loses_its_session_stops_leading_and_contends_again(zk: str, zookeeper: str) -> None:
-    from kazoo.client import KazooClient
-
     n = Nimbus(zk, FAST).start()
     try:
         assert n.wait_leader(20)
-        handle = n.state.session.session_handle()
-        assert handle is not None
-        session_id, password = handle
-        thief = KazooClient(hosts=zookeeper, client_id=(session_id, password))
-        thief.start(timeout=10)
-        thief.stop()
-        thief.close()
+        expire_session(n.state, zookeeper)
         wait_until(lambda: n.counters["terms"] == 2 and n.is_leader, what="a second term", timeout=30)
     finally:
         n.stop()

@@ -14,15 +14,12 @@ Its helpers are in tests/support/multihost.py.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT
-from tests.support.multihost import Cluster, Network, namespaces_unavailable
+from tests.support.multihost import Cluster, Network, namespaces_unavailable, ns_cli
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +41,9 @@ def zk_server(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Ite
     from spark_storm.tools.zookeeper_server import ZooKeeperServer
 
     directory = tmp_path_factory.mktemp("zookeeper-ns")
-    out = subprocess.run(
-        [
-            *("ip", "netns", "exec", network.ns["ctl"], sys.executable, "-m", "spark_storm.cli"),
-            *("zookeeper", "start", "--dir", str(directory), "--port", "2181", "--host", network.addr["ctl"]),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
+    ns_cli(
+        network, "ctl", "zookeeper", "start", "--dir", str(directory), "--port", "2181", "--host", network.addr["ctl"]
     )
-    assert out.returncode == 0, out.stdout + out.stderr
     try:
         yield f"{network.addr['ctl']}:2181"
     finally:

@@ -57,6 +57,19 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
 
 
+def ns_cli(network: Network, host: str, *args: str) -> str:
+    """Run ``spark-storm ARGS`` in ``host``'s namespace; return its stdout (it must succeed)."""
+    out = subprocess.run(
+        [*("ip", "netns", "exec", network.ns[host], sys.executable, "-m", "spark_storm.cli"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
 class Network:
     """The namespaces, the bridge and each host's address; :meth:`cut` / :meth:`restore` a host's link."""
 
@@ -251,20 +264,7 @@ class Cluster:
         return proc
 
     def cli(self, *args: str) -> str:
-        out = subprocess.run(
-            [
-                *("ip", "netns", "exec", self.network.ns["ctl"], sys.executable, "-m", "spark_storm.cli"),
-                *args,
-                *("--zookeeper", self.zk),
-                *sets(CLUSTER_CONF),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=ROOT,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
-        return out.stdout
+        return ns_cli(self.network, "ctl", *args, "--zookeeper", self.zk, *sets(CLUSTER_CONF))
 
     def ask(self, op: str, *args: Any) -> Any:
         assert self.probe is not None
