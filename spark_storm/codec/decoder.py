@@ -112,6 +112,9 @@ class BoltDecoder:
     generation : callable, optional
         The receiving worker's generation: payloads of an older one are dropped (counted
         in :attr:`stale`): a rollback made them void (docs/state.md).
+    on_stale : callable, optional
+        Told about each dropped tuple list or batch (the worker fails their trees, so the
+        sender's delivery groups end now instead of at the message timeout).
     """
 
     def __init__(
@@ -119,10 +122,12 @@ class BoltDecoder:
         serializer: Serializer,
         source_of: Callable[[int, str], TupleSource],
         generation: Callable[[], int] = lambda: 0,
+        on_stale: Callable[[list[Tuple] | ColumnarBatch], None] | None = None,
     ) -> None:
         self._serializer = serializer
         self._source_of = source_of
         self._generation = generation
+        self._on_stale = on_stale
         self.stale = 0
 
     def decode(self, payloads: list[bytes], on_bad: BadPayload) -> list[Decoded]:
@@ -137,6 +142,9 @@ class BoltDecoder:
                 continue
             if generation < current:
                 self.stale += item[1] or 1
+                dropped = item[0]
+                if self._on_stale is not None and not isinstance(dropped, Barrier):
+                    self._on_stale(dropped)
                 continue
             out.append(item)
         return out

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
-from spark_storm.codec.tuples import BROADCAST_TASK
+from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
@@ -42,7 +42,7 @@ from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.reports import WriterCounts, WriterMetrics
 from spark_storm.state.backend import GroupKey
 from spark_storm.state.protocol import STATUS, encode_body
-from spark_storm.worker.acker import ACKER_TASK, GroupTracker
+from spark_storm.worker.acker import ACKER_TASK, GroupTracker, fail_ops
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import LatencyHistogram
 
@@ -151,7 +151,7 @@ class Receiver:
     def __init__(self, host: WorkerState, dead_letter_file: str | None = None) -> None:
         self._host = host
         self._sources = SourceDecoder(host.serializer)
-        self._bolts = BoltDecoder(host.serializer, host.source_of, lambda: host.generation)
+        self._bolts = BoltDecoder(host.serializer, host.source_of, lambda: host.generation, self._fail_stale)
         self._dead_letter_path = dead_letter_file
         self._lock = threading.Lock()
         self._last_unknown_log = 0.0
@@ -416,6 +416,22 @@ class Receiver:
                     root, edge = acker.root(tracker)
                     tup.anchors = [(worker_id, root, edge)]
         return [((task, payload), weight) for payload, weight in items]
+
+    def _fail_stale(self, dropped: list[Tuple] | ColumnarBatch) -> None:
+        """Fail the trees of tuples a rollback voided (a restarted peer still at an older generation).
+
+        Their senders' delivery groups end at once, as FAILED trees: a stateful worker then
+        acks the group and marks itself dirty, so the next round rolls everyone back and
+        replays the logs, instead of waiting for the message timeout.
+        """
+        host = self._host
+
+        def sink(worker: int, op: list[Any]) -> None:
+            host.acker_ops(worker, [op])
+
+        for item in dropped if isinstance(dropped, list) else [dropped]:
+            if item.anchors:
+                fail_ops(item, sink)
 
     def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
         """Payloads from bolts (or clients using the bolt form) for task ``task``."""

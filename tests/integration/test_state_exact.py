@@ -16,7 +16,7 @@ import pytest
 
 from spark_storm.state.protocol import PAUSE
 from tests.support import wait_until
-from tests.support.ledger import Ledger, expected
+from tests.support.ledger import Ledger, expected, rows_for
 
 pytestmark = pytest.mark.integration
 
@@ -173,4 +173,34 @@ def test_a_coordinator_that_died_between_pause_and_resume_leaves_nothing_stuck(t
         assert run.state() == expected(run.batches)
         run.feed(2)
         run.commit(2)
+        assert run.state() == expected(run.batches)
+
+
+def test_a_restarted_worker_behind_the_generation_gets_its_groups_acked_without_a_resend(tmp_path: Path) -> None:
+    """A worker restarted after a rollback is at generation 0; its peers drop its tuples as stale.
+
+    They fail those tuples' trees at once, so the restarted worker acks its groups (dirty: the
+    next round rolls back and replays) instead of leaving them to the message timeout, and a
+    Spark writer waiting on PROCESSED goes on without a resend.
+    """
+    with Ledger(tmp_path, conf={"topology.message.timeout.secs": 600}) as run:
+        run.feed(0)
+        run.commit(0)
+        victim = run.with_source()
+        sender = run.kill_mid_batch(victim, 1, 900)
+        sender.join(120)
+        assert not sender.is_alive()
+        assert run.commit(1).rolled_back_to is not None  # every worker is at a newer generation now
+        run.restart(victim)
+        run.cluster.wait_running(60, [run.cluster.slots[victim]])
+        assert run.conns[run.cluster.slots[victim]].wait_ready(30)
+        statuses = run.coordinator.status()
+        assert min(s.generation for s in statuses.values()) < max(s.generation for s in statuses.values())
+        rows = rows_for(2, 600)
+        run.batches[2] = rows
+        resent = run.writer.resent
+        run.writer.send(2, rows, timeout=90, ack_wait=20)  # without the stale-tuple fail: 20 s, then a resend
+        assert run.writer.resent == resent, "a group waited for its stale tuples' trees and was resent"
+        result = run.commit(2)
+        assert result.rolled_back_to is not None
         assert run.state() == expected(run.batches)
