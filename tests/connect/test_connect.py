@@ -25,7 +25,7 @@ from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
 from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.connect import install_spec
-from tests.support.spark import health, records, two_stage, write_json_rows
+from tests.support.spark import health, records, run_notebook, two_stage, write_json_rows
 
 pytestmark = [pytest.mark.connect, pytest.mark.spark]
 
@@ -368,42 +368,9 @@ def test_the_notebook_runs_over_spark_connect(tmp_path: Path) -> None:
         .replace('report.dir: "./wordcount-report"', f'report.dir: "{tmp_path / "report"}"')
     )
     with LocalCluster(str(wordcount), 2) as cluster:
-        env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            "SPARK_STORM_WHEEL": install_spec(),  # the %pip cell runs for real and changes nothing
-            "STORM_CONNECT": "local[2]",
-            "STORM_TOPOLOGY": str(wordcount),
-            "STORM_WORKERS": cluster.workers_arg,
-            "STORM_SECONDS": "4",
-        }
-        out = tmp_path / "executed.ipynb"
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "jupyter",
-                "nbconvert",
-                "--to",
-                "notebook",
-                "--execute",
-                "--ExecutePreprocessor.timeout=600",
-                "--output",
-                str(out),
-                str(ROOT / "jobs" / "notebooks" / "storm_stream.ipynb"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=env,
-            cwd=tmp_path,
-            check=False,
-        )
-        assert run.returncode == 0, run.stderr[-4000:]
-        outputs = "".join(
-            "".join(o.get("text", "")) for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])
+        outputs, sent = run_notebook(  # the %pip cell runs for real and changes nothing
+            tmp_path, cluster, wordcount, SPARK_STORM_WHEEL=install_spec(), STORM_CONNECT="local[2]"
         )
         assert "Spark Connect" in outputs
-        sent = int(outputs.split("SENT ")[-1].split()[0])
         assert sent > 0
         assert _tuples_in(cluster) == sent

@@ -12,7 +12,7 @@ import pytest
 
 from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import ROOT, wordcount
-from tests.support.spark import health, run_wordcount_job
+from tests.support.spark import health, run_notebook, run_wordcount_job
 
 pytestmark = pytest.mark.spark
 
@@ -80,41 +80,9 @@ def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:
 def test_notebook_runs_with_nbconvert_against_local_spark(tmp_path: Path) -> None:
     topology = wordcount(tmp_path)
     with LocalCluster(str(topology), 2) as cluster:
-        env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            # An editable install of this checkout: the %pip cell runs for real, and leaves the
-            # development install as it was (Databricks users give a wheel path here).
-            "SPARK_STORM_WHEEL": f"-e {ROOT}",
-            "STORM_TOPOLOGY": str(topology),
-            "STORM_WORKERS": cluster.workers_arg,
-            "STORM_SECONDS": "4",
-        }
-        out = tmp_path / "executed.ipynb"
-        run = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "jupyter",
-                "nbconvert",
-                "--to",
-                "notebook",
-                "--execute",
-                "--ExecutePreprocessor.timeout=600",
-                "--output",
-                str(out),
-                str(ROOT / "jobs" / "notebooks" / "storm_stream.ipynb"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            env=env,
-        )
-        assert run.returncode == 0, run.stderr[-4000:]
-        outputs = "".join(
-            "".join(o.get("text", "")) for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])
-        )
-        sent = int(outputs.split("SENT ")[-1].split()[0])
+        # An editable install of this checkout: the %pip cell runs for real, and leaves the
+        # development install as it was (Databricks users give a wheel path here).
+        _, sent = run_notebook(tmp_path, cluster, topology, SPARK_STORM_WHEEL=f"-e {ROOT}")
         assert sent > 0
         received = sum(health(cluster, s)["counters"]["source_tuples_in"] for s in cluster.slots)
         assert received == sent

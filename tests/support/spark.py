@@ -104,3 +104,37 @@ def run_wordcount_job(
     sent = int(out.stdout.split("sent ")[-1].split()[0])
     assert sent > 0
     return out, sent
+
+
+def run_notebook(tmp: Path, cluster: LocalCluster, topology: Path, **env: str) -> tuple[str, int]:
+    """Execute jobs/notebooks/storm_stream.ipynb with nbconvert against ``cluster`` for a 4 s stream.
+
+    ``env`` adds to the notebook's environment (``SPARK_STORM_WHEEL``, ``STORM_CONNECT``).
+    Returns the text of every cell's output and the rows its last cell says it sent.
+    """
+    out = tmp / "executed.ipynb"
+    run = subprocess.run(
+        [
+            *(sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute"),
+            *("--ExecutePreprocessor.timeout=600", "--output", str(out)),
+            str(ROOT / "jobs" / "notebooks" / "storm_stream.ipynb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "STORM_TOPOLOGY": str(topology),
+            "STORM_WORKERS": cluster.workers_arg,
+            "STORM_SECONDS": "4",
+            **env,
+        },
+        cwd=tmp,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    outputs = "".join(
+        "".join(o.get("text", "")) for c in json.loads(out.read_text())["cells"] for o in c.get("outputs", [])
+    )
+    return outputs, int(outputs.split("SENT ")[-1].split()[0])
