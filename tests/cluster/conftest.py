@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,3 +33,25 @@ def daemons(tmp_path: Path, zk: str) -> Iterator[Daemons]:
     ds = Daemons(tmp_path, zk)
     yield ds
     ds.close()
+
+
+@pytest.fixture(scope="module")
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A classic SparkSession per module with format("storm") registered (small Arrow batches)."""
+    from spark_storm.spark import register
+    from tests.support.spark import spark_session
+
+    name = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    session = spark_session(f"spark-storm-{name}", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def driver_sessions() -> Iterator[None]:
+    """Close the ZooKeeper sessions the Spark driver opened to read assignments, after the test."""
+    from spark_storm.spark.assignments import close_sessions
+
+    yield
+    close_sessions()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,9 @@ from spark_storm.errors import ClusterError, ConfigError, UnknownTopologyError
 from tests.integration.bolts import read_event_logs
 from tests.support import wait_until
 from tests.support.cluster import FAST, Daemons, cli, health, ports, running_workers, send_heartbeat, sets, submit
-from tests.support.spark import spark_session, write_json_rows
+from tests.support.spark import write_json_rows
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.usefixtures("driver_sessions")]
 
 BOLT = "tests.integration.bolts:EventLogBolt"
 
@@ -37,24 +36,6 @@ def topology(tmp: Path, name: str, sources: int = 3) -> Path:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(topo))
     return path
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from spark_storm.spark import register
-
-    session = spark_session("spark-storm-zookeeper", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
-    register(session)
-    yield session
-    session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _driver_sessions() -> Iterator[None]:
-    from spark_storm.spark.assignments import close_sessions
-
-    yield
-    close_sessions()
 
 
 def _rows(start: int, n: int) -> list[dict[str, Any]]:

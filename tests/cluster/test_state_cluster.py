@@ -9,7 +9,6 @@ must equal the answer computed from the files; the test prints the rollbacks and
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +20,17 @@ from tests.support import wait_until
 from tests.support.cluster import FAST as CLUSTER_FAST
 from tests.support.cluster import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
 from tests.support.ledger import expected, ledger_state, ledger_topology, rows_for
-from tests.support.spark import spark_session, write_json_rows
+from tests.support.spark import write_json_rows
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("driver_sessions"),
+]
 
 FILES = 14
 PER_FILE = 120
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from spark_storm.spark import register
-
-    session = spark_session("spark-storm-state-cluster", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
-    register(session)
-    yield session
-    session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _driver_sessions() -> Iterator[None]:
-    from spark_storm.spark.assignments import close_sessions
-
-    yield
-    close_sessions()
 
 
 def _accepted(state: ClusterState, name: str) -> int:

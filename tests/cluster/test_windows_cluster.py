@@ -10,7 +10,6 @@ ones among them — while windows are open.  Every committed window must equal S
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,31 +20,18 @@ from spark_storm.topology import plan
 from tests.support import wait_until
 from tests.support.cluster import FAST as CLUSTER_FAST
 from tests.support.cluster import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
-from tests.support.spark import spark_session, write_json_rows
+from tests.support.spark import write_json_rows
 from tests.support.windows import flush_rows, rows_of, spark_windows, window_results, window_topology
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("driver_sessions"),
+]
 
 FILES = 12
 SLIDING = {"length": "6s", "sliding": "2s", "timestamp_field": "ts", "lag": "3s", "key": "user"}
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    from spark_storm.spark import register
-
-    session = spark_session("spark-storm-windows-cluster", conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "100"})
-    register(session)
-    yield session
-    session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _driver_sessions() -> Iterator[None]:
-    from spark_storm.spark.assignments import close_sessions
-
-    yield
-    close_sessions()
 
 
 def _windows_fired(state: ClusterState, name: str) -> int:
