@@ -161,8 +161,9 @@ class KeyValueState:
         StateError
             The key or value is of a type the state cannot store (it names the type).
         """
-        if type(key) is not str:
-            key = self._key(key)
+        kind = type(key)
+        if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
+            key = self._key(key)  # lists, maps, other scalars: frozen, checked when new
         kind = type(value)
         if kind not in _SAFE and not (kind is int and _INT_MIN <= value <= _INT_MAX):
             _check_value(value)
@@ -216,7 +217,8 @@ class KeyValueState:
         data, changed = self._data, self._changed
         safe, kept = _SAFE, self._key
         for key, value in zip(key_list, value_list, strict=True):
-            if type(key) is not str:
+            kind = type(key)
+            if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
                 key = kept(key)
             kind = type(value)
             if kind not in safe and not (kind is int and _INT_MIN <= value <= _INT_MAX):
