@@ -509,20 +509,23 @@ class CheckpointManager:
         if generation == self.generation and self.paused:
             return  # a retried PAUSE
         state = self.state
-        with self.gate:
+        executors = self._executors()
+        again = self.paused  # a newer round's PAUSE before the RESUME of an older one
+        if not again:  # paused twice, the first PAUSE knows which executors were active (now none is)
+            self._was_active = {e.spec for e in executors if e.active.is_set()}
+        with self.gate:  # taken while the executors still run: a receive thread holding it drains
+            # Stop the executors first, then raise the generation: an executor reads the generation
+            # before it takes a batch, so a batch taken before this PAUSE emits under the old one
+            # and its output is dropped on arrival (by peers paused already) or cleared below.
+            for executor in executors:
+                executor.deactivate()  # returns once no take is under way
             self.generation = generation  # from now on, payloads of older generations are dropped on arrival
-            again = self.paused  # a newer round's PAUSE before the RESUME of an older one
             self.paused = True
             self.replaying = True  # what sources accept is logged only: the replay publishes it
         # The gate is released: a receive thread may still need it to let a blocked sender go.
-        executors = self._executors()
-        if not again:  # paused twice, the first PAUSE knows which executors were active (now none is)
-            self._was_active = {e.spec for e in executors if e.active.is_set()}
         # Until its RESUME this worker needs a rollback: a coordinator that died in between
         # leaves it paused, and the next round (anybody's) sees it dirty and rolls back again.
         self.mark_dirty("paused for a rollback that has not resumed")
-        for executor in executors:
-            executor.deactivate()
         deadline = time.monotonic() + 10.0
         while True:  # empty the queues until no executor is inside a batch (one blocked on a full queue goes on)
             for executor in executors:

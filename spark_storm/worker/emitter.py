@@ -58,6 +58,11 @@ class Emitter:
         self.anchors: dict[EmitKey, list[list[Anchor]]] = {}
         self.batches: list[tuple[int, str, int, pa.RecordBatch, list[Anchor]]] = []
         self.acks: dict[int, list[list[Any]]] = {}
+        #: The generation what is emitted belongs to: the worker's when the executor took the
+        #: batch being processed (docs/state.md).  A rollback that starts mid-batch makes the
+        #: batch's output stale, so peers drop it instead of counting it besides the replay.
+        #: None: the worker's current generation (an emitter outside any executor batch).
+        self.generation: int | None = None
 
     @property
     def stats(self) -> Mapping[int, TaskStats]:
@@ -65,7 +70,9 @@ class Emitter:
 
     def fork(self) -> Emitter:
         """Return a fresh emitter for a bolt's own thread (flushed by the caller right after its emit)."""
-        return Emitter(self._host, self._component, self._stats)
+        emitter = Emitter(self._host, self._component, self._stats)
+        emitter.generation = self.generation  # the bolt's thread answers the executor's last batch
+        return emitter
 
     def add_anchored(self, key: EmitKey, values: list[Any], anchors: list[Anchor]) -> None:
         rows = self.rows.setdefault(key, [])
@@ -102,7 +109,7 @@ class Emitter:
         if not (self.rows or self.batches or self.acks):
             return
         host = self._host
-        self._encoder.generation = host.generation
+        self._encoder.generation = host.generation if self.generation is None else self.generation
         local: _Local = {}
         remote = Encoded([], [], [])
         rows_out, self.rows = self.rows, {}

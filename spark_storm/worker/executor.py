@@ -180,6 +180,10 @@ class Executor:
                     continue
                 wait = 0.05 if next_tick is None else max(0.0, min(0.05, next_tick - time.monotonic()))
                 self._busy = True
+                # Read before the take: a rollback's PAUSE stops the executors (the take's gate)
+                # before it raises the generation, so what this batch emits carries the
+                # generation its input arrived in, and a rollback that starts mid-batch voids it.
+                self.emitter.generation = self.host.generation
                 items = queue.take(limit, wait, self.active.is_set)
                 if items:
                     weight = process(items)

@@ -223,6 +223,23 @@ class ValuesForwarder(Bolt):
         self.collector.ack(tup)
 
 
+class SlowForwarder(ValuesForwarder):
+    """A forwarder whose first task takes ``forward.delay.s`` per tuple (the others do not wait).
+
+    A test rolls back while that task is inside a long batch, with its output still to go.
+    """
+
+    def prepare(self, conf: Mapping[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        first = context.task_index == 0
+        self.delay = float(conf.get("forward.delay.s", 0)) if first else 0.0
+
+    def execute(self, tup: Tuple) -> None:
+        if self.delay and not tup.is_tick:
+            time.sleep(self.delay)
+        super().execute(tup)
+
+
 class ValuesLog(Bolt):
     """Appends every tuple's values, as the codec packs them, to ``<record.dir>/values-<task>.bin``.
 

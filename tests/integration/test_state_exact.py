@@ -204,3 +204,39 @@ def test_a_restarted_worker_behind_the_generation_gets_its_groups_acked_without_
         result = run.commit(2)
         assert result.rolled_back_to is not None
         assert run.state() == expected(run.batches)
+
+
+def test_what_a_batch_cut_by_a_rollback_emits_is_dropped_not_counted_besides_the_replay(tmp_path: Path) -> None:
+    """A rollback starts while a bolt is inside a long batch: that batch's output is of the old generation.
+
+    The slow forwarder's worker waits for the batch to end before it pauses; the other worker
+    paused at once and is already at the new generation when the batch's output arrives.  It
+    must drop it (the replay sends those rows again), not queue it for after the RESUME.
+    """
+    conf = {"forward.delay.s": 0.003, "topology.message.timeout.secs": 600}
+    with Ledger(tmp_path, conf=conf, mid="tests.integration.bolts:SlowForwarder") as run:
+        run.feed(0)
+        run.commit(0)
+        plan = run.cluster.plan
+        slow_task = plan.component_tasks["mid"][0]
+        slow = plan.task_slot[slow_task]
+
+        def executed() -> int:
+            executors = run.cluster.health(slow)["executors"].values()
+            return sum(x["tasks"].get(str(slow_task), {}).get("executed", 0) for x in executors)
+
+        before = executed()
+        rows = rows_for(1, 900)
+        run.batches[1] = rows
+        sender = threading.Thread(target=run.writer.send, args=(1, rows))
+        sender.start()
+        wait_until(lambda: executed() > before, what="the slow forwarder inside batch 1", timeout=30)
+        statuses = run.coordinator.status().values()
+        committed = max(s.committed for s in statuses)
+        generation = max(s.generation for s in statuses)
+        run.coordinator._rollback(committed, generation + 1, ["a test's rollback while a bolt is mid-batch"])
+        sender.join(120)
+        assert not sender.is_alive()
+        result = run.commit(1)
+        print(f"rollback mid-batch: epoch {result.epoch}, rolled back again to {result.rolled_back_to}")
+        assert run.state() == expected(run.batches)

@@ -30,9 +30,15 @@ from tests.support import wait_until
 
 
 def ledger_topology(
-    tmp: Path, *, batch: bool = False, name: str = "ledger", conf: dict[str, Any] | None = None, sources: int = 2
+    tmp: Path,
+    *,
+    batch: bool = False,
+    name: str = "ledger",
+    conf: dict[str, Any] | None = None,
+    sources: int = 2,
+    mid: str = "spark_storm.worker.bolt:PassThroughBolt",
 ) -> Path:
-    """in (source, ``sources`` tasks) -> mid (pass-through, 2) -> ledger (stateful, 4 tasks, fields key)."""
+    """in (source, ``sources`` tasks) -> mid (``mid``, pass-through, 2) -> ledger (stateful, 4 tasks, fields key)."""
     topo = {
         "name": name,
         "conf": {
@@ -44,7 +50,7 @@ def ledger_topology(
             {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": sources},
             {
                 "id": "mid",
-                "bolt": "spark_storm.worker.bolt:PassThroughBolt",
+                "bolt": mid,
                 "fields": ["key", "n"],
                 "parallelism": 2,
                 "inputs": [{"from": "in", "grouping": "shuffle"}],
@@ -217,8 +223,16 @@ class ExactRun:
 class Ledger(ExactRun):
     """The keyed ledger topology (:func:`ledger_topology`) run by worker processes."""
 
-    def __init__(self, tmp: Path, workers: int = 2, *, batch: bool = False, conf: dict[str, Any] | None = None) -> None:
-        super().__init__(ledger_topology(tmp, batch=batch, conf=conf), workers)
+    def __init__(
+        self,
+        tmp: Path,
+        workers: int = 2,
+        *,
+        batch: bool = False,
+        conf: dict[str, Any] | None = None,
+        mid: str = "spark_storm.worker.bolt:PassThroughBolt",
+    ) -> None:
+        super().__init__(ledger_topology(tmp, batch=batch, conf=conf, mid=mid), workers)
         self.tmp = tmp
 
     def feed(self, batch: int, n: int = 600) -> None:
