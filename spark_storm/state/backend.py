@@ -41,7 +41,9 @@ __all__ = [
     "decode_entry",
     "decode_record",
     "encode_entry",
+    "encode_entry_parts",
     "encode_record",
+    "encode_record_parts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ logger = logging.getLogger(__name__)
 NO_EPOCH: Final = 0
 ENTRY_MAGIC: Final = b"SST1"
 _CRC_BYTES: Final = 4
+
+#: A bytes value at least this long is not copied into an entry's or a record's msgpack body:
+#: the body is written as parts (the msgpack headers, and the bytes themselves).
+_BIG_BYTES: Final = 4096
 
 #: (query id, batch id, partition, sequence) of a delivery group.
 GroupKey = tuple[str, int, int, int]
@@ -70,8 +76,60 @@ class Entry:
         return len(self.puts) + len(self.deletes)
 
 
-def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any]) -> bytes:
-    """Encode one changelog entry: magic, CRC-32 of the body, body (msgpack)."""
+def _array_header(n: int) -> bytes:
+    """Return the msgpack header of an array of ``n`` items (the shortest form, as ``packb`` writes it)."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _bin_header(n: int) -> bytes:
+    """Return the msgpack header of ``n`` bytes (bin 8/16/32, as ``packb`` writes bytes with ``use_bin_type``)."""
+    if n < 1 << 8:
+        return b"\xc4" + bytes((n,))
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def _is_blobs(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of bytes, the first one big (a window pane's Arrow streams, say)."""
+    return (
+        type(value) is list
+        and bool(value)
+        and type(value[0]) is bytes
+        and len(value[0]) >= _BIG_BYTES
+        and all(type(v) is bytes for v in value)
+    )
+
+
+def _pack_items(values: list[Any], parts: list[bytes]) -> None:
+    """Append the msgpack of each value to ``parts`` (no array header): lists of big bytes by reference."""
+    run: list[Any] = []
+    for value in values:
+        if not _is_blobs(value):
+            run.append(value)
+            continue
+        if run:
+            parts.append(pack_value(run)[len(_array_header(len(run))) :])
+            run = []
+        parts.append(_array_header(len(value)))
+        for blob in value:
+            parts.append(_bin_header(len(blob)))
+            parts.append(blob)
+    if run:
+        parts.append(pack_value(run)[len(_array_header(len(run))) :])
+
+
+def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any]) -> list[bytes]:
+    """Encode one changelog entry as parts to write in order (see :func:`encode_entry`).
+
+    The bytes are :func:`encode_entry`'s, but a value that is a list of big bytes (a pane's
+    Arrow streams) is not copied into the body: its bytes are parts of their own, and the
+    CRC-32 runs over the parts.
+    """
     keys, values, deletes = [], [], []
     for key, value in changes.items():
         if value is DELETED:
@@ -79,8 +137,18 @@ def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any]) -> bytes:
         else:
             keys.append(thaw(key))
             values.append(value)
-    body = pack_value([epoch, full, keys, values, deletes])
-    return ENTRY_MAGIC + zlib.crc32(body).to_bytes(_CRC_BYTES, "big") + body
+    body = [b"\x95" + pack_value(epoch) + pack_value(full) + pack_value(keys) + _array_header(len(values))]
+    _pack_items(values, body)
+    body.append(pack_value(deletes))
+    crc = 0
+    for part in body:
+        crc = zlib.crc32(part, crc)
+    return [ENTRY_MAGIC + crc.to_bytes(_CRC_BYTES, "big"), *body]
+
+
+def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any]) -> bytes:
+    """Encode one changelog entry: magic, CRC-32 of the body, body (msgpack)."""
+    return b"".join(encode_entry_parts(epoch, full, changes))
 
 
 def decode_entry(data: bytes, where: str) -> Entry:
@@ -110,10 +178,27 @@ class LogRecord:
     payloads: list[bytes] = field(default_factory=list)
 
 
+def encode_record_parts(record: LogRecord) -> list[bytes]:
+    """Encode one input-log record as parts to write in order (see :func:`encode_record`).
+
+    The bytes are :func:`encode_record`'s; big payloads are parts of their own, not copied.
+    """
+    payloads = record.payloads
+    if not _is_blobs(payloads):
+        body = pack_value([list(record.key) if record.key is not None else None, payloads])
+        return [len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big"), body]
+    parts = [b"\x92" + pack_value(list(record.key) if record.key is not None else None)]
+    _pack_items([payloads], parts)
+    crc = length = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+        length += len(part)
+    return [length.to_bytes(4, "big") + crc.to_bytes(4, "big"), *parts]
+
+
 def encode_record(record: LogRecord) -> bytes:
     """Encode one input-log record: u32 length, u32 CRC-32, body (msgpack)."""
-    body = pack_value([list(record.key) if record.key is not None else None, record.payloads])
-    return len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+    return b"".join(encode_record_parts(record))
 
 
 def decode_record(data: bytes, pos: int, where: str) -> tuple[LogRecord | None, int]:

@@ -24,7 +24,8 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,8 +40,8 @@ from spark_storm.state.backend import (
     TaskStore,
     decode_entry,
     decode_record,
-    encode_entry,
-    encode_record,
+    encode_entry_parts,
+    encode_record_parts,
 )
 
 __all__ = ["EmbeddedBackend", "FileInputLog", "FileTaskStore", "default_state_dir"]
@@ -64,18 +65,38 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+_IOV_MAX: Final = 1024  # buffers per writev (Linux's IOV_MAX)
+
+
+def _write_parts(fd: int, parts: Sequence[bytes]) -> int:
+    """Write the parts in order with ``writev`` (resumed after a short write); return the bytes written."""
+    views = deque(memoryview(p) for p in parts if len(p))
+    total = sum(v.nbytes for v in views)
+    while views:
+        written = os.writev(fd, [views[i] for i in range(min(_IOV_MAX, len(views)))])
+        while written:
+            head = views[0]
+            if written >= head.nbytes:
+                written -= head.nbytes
+                views.popleft()
+            else:
+                views[0] = head[written:]
+                written = 0
+    return total
+
+
+def _write_atomic(path: Path, data: bytes | Sequence[bytes]) -> int:
+    """Write ``data`` (bytes, or parts in order) to ``path`` durably, all or nothing; return its length."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        length = _write_parts(fd, [data] if isinstance(data, bytes) else data)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+    return length
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -129,11 +150,10 @@ class FileTaskStore(TaskStore):
         return sorted(e for e, p in self._entries().items() if p.name.endswith(".full"))
 
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
-        data = encode_entry(epoch, full, changes)
+        parts = encode_entry_parts(epoch, full, changes)  # big values are written from where they are
         for stale in [p for e, p in self._entries().items() if e == epoch]:  # a rewrite after a rollback
             stale.unlink(missing_ok=True)
-        _write_atomic(self.dir / f"e{epoch:012d}.{'full' if full else 'delta'}", data)
-        return len(data)
+        return _write_atomic(self.dir / f"e{epoch:012d}.{'full' if full else 'delta'}", parts)
 
     def read(self, epoch: int) -> Entry:
         path = self._entries().get(epoch)
@@ -214,9 +234,7 @@ class FileInputLog(InputLog):
         if self._open is None or self._open[0] != epoch:
             self._rotate(epoch)
         assert self._fd is not None
-        data = memoryview(encode_record(record))
-        while data:
-            data = data[os.write(self._fd, data) :]
+        _write_parts(self._fd, encode_record_parts(record))  # big payloads are written from where they are
         if self._fsync_each:
             os.fsync(self._fd)
         if record.key is not None:

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_storm.codec.columnar import ColumnarBatch
-from spark_storm.codec.payloads import arrow_payload
+from spark_storm.codec.payloads import arrow_stream
 from spark_storm.codec.tuples import TupleSource
 from spark_storm.errors import ConfigError, WindowError
 from spark_storm.reports import WindowMetrics
@@ -71,8 +71,18 @@ logger = logging.getLogger(__name__)
 _COMBINED = -1  # the txid under which a sealed, combined pane is stored
 
 
-def _ipc(data: pa.RecordBatch) -> bytes:
-    return arrow_payload(data)
+def _ipc_all(batches: Sequence[pa.RecordBatch]) -> list[bytes]:
+    """Batches as few IPC streams as their schemas allow (one per run of equal schemas)."""
+    out: list[bytes] = []
+    run: list[pa.RecordBatch] = []
+    for batch in batches:
+        if run and not batch.schema.equals(run[0].schema):
+            out.append(arrow_stream(run))
+            run = []
+        run.append(batch)
+    if run:
+        out.append(arrow_stream(run))
+    return out
 
 
 def _from_ipc(blob: bytes) -> list[pa.RecordBatch]:
@@ -590,7 +600,7 @@ class _BatchWindows:
                 if pane not in self.panes or not batches:
                     continue
                 stored = _COMBINED if pane in self._combined_pending else txid
-                state.put([WINDOW_PREFIX, "b", pane, stored], [_ipc(b) for b in batches])
+                state.put([WINDOW_PREFIX, "b", pane, stored], _ipc_all(batches))
                 self._chunks.setdefault(pane, []).append(stored)
             self._unsaved.clear()
             self._combined_pending.clear()
@@ -599,9 +609,9 @@ class _BatchWindows:
                 state.put(
                     [WINDOW_PREFIX, "cb"],
                     {
-                        "rows": [_ipc(b) for b in self._rows],
+                        "rows": _ipc_all(self._rows),
                         "ts": [t.tobytes() for t in self._row_ts],
-                        "pending": [_ipc(b) for b in self._pending],
+                        "pending": _ipc_all(self._pending),
                         "pending_ts": [t.tobytes() for t in self._pending_ts],
                         "since": self._since,
                         "fires": self._fires,
@@ -615,7 +625,7 @@ class _BatchWindows:
                 if not held:
                     state.delete([WINDOW_PREFIX, "s", key])
                     continue
-                state.put([WINDOW_PREFIX, "s", key], [[s.start, s.last, [_ipc(b) for b in s.payload]] for s in held])
+                state.put([WINDOW_PREFIX, "s", key], [[s.start, s.last, _ipc_all(s.payload)] for s in held])
             sessions.dirty.clear()
         state.put(
             [WINDOW_PREFIX, "meta"],

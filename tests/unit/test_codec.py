@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from spark_storm.codec import BoltDecoder, ColumnarBatch, Encoder, MsgpackSerializer, SourceDecoder, Tuple, TupleSource
 from spark_storm.codec.columnar import rows_of
-from spark_storm.codec.payloads import arrow_payload, read_arrow
+from spark_storm.codec.payloads import arrow_payload, arrow_stream, read_arrow
 from spark_storm.codec.serializer import pack_value, unpack_value
 from spark_storm.errors import WireFormatError
 
@@ -280,6 +280,21 @@ def test_arrow_payloads_read_back_identical() -> None:
     back, origin = read_arrow(arrow_payload(data))
     assert origin is None
     assert back.equals(data)
+
+
+def test_an_arrow_stream_of_several_batches_reads_back_as_pyarrow_writes_it() -> None:
+    batches = [pa.record_batch({"k": ["a", "b"], "v": [1, 2]}), pa.record_batch({"k": ["c"], "v": [3]})]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    data = arrow_stream(batches)
+    assert data == sink.getvalue().to_pybytes()
+    assert pa.ipc.open_stream(data).read_all().to_batches() == batches
+    with pytest.raises(ValueError, match="share a schema"):
+        arrow_stream([batches[0], pa.record_batch({"k": [1]})])
+    with pytest.raises(ValueError, match="at least one record batch"):
+        arrow_stream([])
 
 
 def test_importing_the_spark_writer_loads_no_worker_machinery() -> None:

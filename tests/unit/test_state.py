@@ -169,3 +169,52 @@ def test_providers_and_their_settings_are_checked() -> None:
         make_backend(conf(**{"topology.state.provider.config": {"log.fsync": "always"}}), "t")
     with pytest.raises(ConfigError, match="is not a StateBackend subclass"):
         make_backend(Config.of({"topology.state.provider": "spark_storm.state:KeyValueState"}), "t")
+
+
+def _reference_entry(epoch: int, full: bool, changes: dict[Any, Any]) -> bytes:
+    """A changelog entry as one msgpack body (what the parts must add up to, byte for byte)."""
+    import zlib
+
+    from spark_storm.codec.serializer import pack_value
+    from spark_storm.state.backend import ENTRY_MAGIC
+    from spark_storm.state.kv import thaw
+
+    puts = [(thaw(k), v) for k, v in changes.items() if v is not DELETED]
+    deletes = [thaw(k) for k, v in changes.items() if v is DELETED]
+    body = pack_value([epoch, full, [k for k, _ in puts], [v for _, v in puts], deletes])
+    return ENTRY_MAGIC + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize("blob", [10, 4096, 70_000])
+@pytest.mark.parametrize("count", [1, 15, 16, 70_000])
+def test_entries_and_records_written_as_parts_are_byte_for_byte_one_msgpack_body(
+    tmp_path: Path, blob: int, count: int
+) -> None:
+    """Big values (a window pane's Arrow streams) are written from where they are, never copied into
+    the body: the file holds the same bytes one ``packb`` would make, so every reader is unchanged."""
+    import os
+    import zlib
+
+    from spark_storm.codec.serializer import pack_value
+    from spark_storm.state.backend import encode_entry, encode_record
+    from spark_storm.state.kv import freeze
+
+    blobs = [os.urandom(blob) for _ in range(min(count, 20))]
+    changes: dict[Any, Any] = {freeze(["w", "b", i]): blobs[: 1 + i % len(blobs)] for i in range(min(count, 40))}
+    changes.update({freeze(["n", i]): [i, i * 2.5] for i in range(count)})
+    changes[freeze(["gone"])] = DELETED
+    changes[freeze(["mixed"])] = [blobs[0], 3]
+    assert encode_entry(7, False, changes) == _reference_entry(7, False, changes)
+    record = LogRecord(("q", 1, 2, 3), (blobs * 2)[: min(count, 17)])  # 1, 15, 16 and 17 payloads
+    body = pack_value([["q", 1, 2, 3], record.payloads])
+    assert encode_record(record) == len(body).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+    backend = EmbeddedBackend("parts", tmp_path)
+    store = backend.task_store(1)
+    assert store.write(7, False, changes) == len(_reference_entry(7, False, changes))
+    entry = store.read(7)
+    assert entry.puts[freeze(["w", "b", 0])] == blobs[:1]
+    assert entry.deletes == [freeze(["gone"])]
+    log = backend.input_log(2, "w")
+    log.append(record, 1)
+    log.append(LogRecord(None, [b"small"]), 1)
+    assert [r.payloads for r in log.entries(0)] == [record.payloads, [b"small"]]
