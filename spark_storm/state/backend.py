@@ -131,15 +131,21 @@ def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any]) -> li
     CRC-32 runs over the parts.
     """
     keys, values, deletes = [], [], []
+    big = False
     for key, value in changes.items():
         if value is DELETED:
             deletes.append(thaw(key))
         else:
             keys.append(thaw(key))
             values.append(value)
-    body = [b"\x95" + pack_value(epoch) + pack_value(full) + pack_value(keys) + _array_header(len(values))]
-    _pack_items(values, body)
-    body.append(pack_value(deletes))
+            if not big and type(value) is list and value and type(value[0]) is bytes:
+                big = len(value[0]) >= _BIG_BYTES
+    if big:
+        body = [b"\x95" + pack_value(epoch) + pack_value(full) + pack_value(keys) + _array_header(len(values))]
+        _pack_items(values, body)
+        body.append(pack_value(deletes))
+    else:  # small values (a keyed count's): one packb
+        body = [pack_value([epoch, full, keys, values, deletes])]
     crc = 0
     for part in body:
         crc = zlib.crc32(part, crc)
