@@ -642,32 +642,42 @@ class FrameDecoder:
             than ``max_controls`` control frames.  The decoder is unusable afterwards:
             close the connection.
         """
-        out: list[Decoded] = []
-        pos = 0
         self._controls = 0
         self._max_controls = max_controls
+        with memoryview(data) as view:  # its slices are not copies
+            return self._feed(data, view)
+
+    def _feed(self, data: bytes, view: memoryview) -> list[Decoded]:
+        out: list[Decoded] = []
+        pos = 0
         rest = self._rest
         if rest:
             # Finish the frame that straddles the previous read, using only what it needs.
             if len(rest) < HEADER_SIZE:
                 take = min(HEADER_SIZE - len(rest), len(data))
-                rest += data[:take]
+                rest += view[:take]
                 pos = take
                 if len(rest) < HEADER_SIZE:
                     return out
-            _, length = self._check_header(rest)
+            code, length = self._check_header(rest)
             need = HEADER_SIZE + length - len(rest)
             if len(data) - pos < need:
-                rest += data[pos:]
+                rest += view[pos:]
                 return out
-            rest += data[pos : pos + need]
+            rest += view[pos : pos + need]
             pos += need
-            frame = bytes(rest)
-            rest.clear()
-            self._decode(frame, 0, out)
+            if code >= 0:  # a data frame (a big one spans reads): its payload is copied out once
+                with memoryview(rest) as whole:
+                    payload = bytes(whole[HEADER_SIZE:])
+                rest.clear()
+                out.append(MessageBatch([code], [payload]))
+            else:
+                frame = bytes(rest)
+                rest.clear()
+                self._decode(frame, 0, out)
         end = self._decode(data, pos, out)
         if end < len(data):
-            rest += data[end:]
+            rest += view[end:]
         return out
 
     def _check_header(self, buf: bytes | bytearray) -> tuple[int, int]:
