@@ -19,6 +19,7 @@ from spark_storm.errors import ConfigError
 from spark_storm.plugins import did_you_mean, load_object
 from spark_storm.state.backend import NO_EPOCH, InputLog, LogRecord, StateBackend, TaskStore
 from spark_storm.state.kv import DELETED, KeyValueState
+from spark_storm.state.writer import StateWriter
 
 __all__ = [
     "DELETED",
@@ -30,6 +31,7 @@ __all__ = [
     "KeyValueState",
     "LogRecord",
     "StateBackend",
+    "StateWriter",
     "TaskStore",
     "make_backend",
 ]

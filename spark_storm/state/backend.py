@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -245,9 +245,20 @@ class TaskStore(abc.ABC):
     def fulls(self) -> list[int]:
         """Epochs whose entry is a full snapshot, ascending."""
 
+    def encode(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> list[bytes]:
+        """Encode epoch ``epoch``'s entry as parts for :meth:`write_encoded` (the executor does it at the barrier).
+
+        The parts hold no reference to a mutable value: a put after the barrier cannot change them.
+        """
+        return encode_entry_parts(epoch, full, changes)
+
     @abc.abstractmethod
+    def write_encoded(self, epoch: int, full: bool, parts: Sequence[bytes]) -> int:
+        """Store an entry :meth:`encode` made durably; return its size in bytes (any thread, one at a time)."""
+
     def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
-        """Store epoch ``epoch``'s entry durably; return its size in bytes."""
+        """Encode and store epoch ``epoch``'s entry durably; return its size in bytes."""
+        return self.write_encoded(epoch, full, self.encode(epoch, full, changes))
 
     @abc.abstractmethod
     def read(self, epoch: int) -> Entry:

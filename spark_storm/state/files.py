@@ -40,7 +40,6 @@ from spark_storm.state.backend import (
     TaskStore,
     decode_entry,
     decode_record,
-    encode_entry_parts,
     encode_record_parts,
 )
 
@@ -149,8 +148,8 @@ class FileTaskStore(TaskStore):
     def fulls(self) -> list[int]:
         return sorted(e for e, p in self._entries().items() if p.name.endswith(".full"))
 
-    def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
-        parts = encode_entry_parts(epoch, full, changes)  # big values are written from where they are
+    def write_encoded(self, epoch: int, full: bool, parts: Sequence[bytes]) -> int:
+        # big values are written from where they lie (writev), not joined
         for stale in [p for e, p in self._entries().items() if e == epoch]:  # a rewrite after a rollback
             stale.unlink(missing_ok=True)
         return _write_atomic(self.dir / f"e{epoch:012d}.{'full' if full else 'delta'}", parts)

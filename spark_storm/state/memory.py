@@ -8,7 +8,7 @@ dies loses its tasks' state, and a task that moves to another process starts emp
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_storm.errors import StateCorruptError
@@ -22,7 +22,6 @@ from spark_storm.state.backend import (
     TaskStore,
     decode_entry,
     decode_record,
-    encode_entry,
     encode_record,
 )
 
@@ -51,8 +50,8 @@ class _MemoryTaskStore(TaskStore):
         with self._lock:
             return sorted(self._fulls)
 
-    def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
-        data = encode_entry(epoch, full, changes)
+    def write_encoded(self, epoch: int, full: bool, parts: Sequence[bytes]) -> int:
+        data = b"".join(parts)
         with self._lock:
             self._entries[epoch] = data
             if full:

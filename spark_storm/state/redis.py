@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_storm.errors import ConfigError, StateCorruptError, StateUnavailableError
@@ -34,7 +34,6 @@ from spark_storm.state.backend import (
     TaskStore,
     decode_entry,
     decode_record,
-    encode_entry,
     encode_record,
 )
 
@@ -87,8 +86,8 @@ class _RedisTaskStore(TaskStore):
         with self._guard():
             return sorted(int(e) for e in self._r.smembers(self._key + "fulls"))
 
-    def write(self, epoch: int, full: bool, changes: Mapping[Any, Any]) -> int:
-        data = encode_entry(epoch, full, changes)
+    def write_encoded(self, epoch: int, full: bool, parts: Sequence[bytes]) -> int:
+        data = b"".join(parts)
         with self._guard():
             pipe = self._r.pipeline()
             pipe.hset(self._key + "entries", str(epoch), data)

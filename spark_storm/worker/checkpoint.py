@@ -4,9 +4,10 @@ Two classes, used only when the topology has a stateful component:
 
 * :class:`ExecutorCheckpoints` — one per executor, on its thread: aligns checkpoint
   barriers per task (a channel that delivered barrier ``E`` is held back until every
-  upstream task did, as in Flink), then writes each stateful task's changes as epoch
-  ``E``, sends ``E`` on to every downstream task behind its data, and lets the held
-  items through;
+  upstream task did, as in Flink), then encodes each stateful task's changes as epoch
+  ``E``, hands the entry to the worker's :class:`~spark_storm.state.StateWriter` (the
+  write and its fsync run off the executor thread), sends ``E`` on to every downstream
+  task behind its data, and lets the held items through;
 * :class:`CheckpointManager` — one per worker: the input logs of its source tasks, the
   generation, and the answers to the coordinator's requests (STATUS, PAUSE, RESUME,
   PREPARE, COMMIT; :mod:`spark_storm.state.protocol`).  Its ``gate`` orders what the
@@ -33,6 +34,7 @@ from spark_storm.state import (
     InputLog,
     KeyValueState,
     LogRecord,
+    StateWriter,
     TaskStore,
     make_backend,
     provider_settings,
@@ -185,34 +187,57 @@ class ExecutorCheckpoints:
         ex = self._ex
         ex.emitter.flush()  # what the task emitted before the barrier leaves before it
         if self.stateful:
-            started = time.perf_counter()
-            try:
-                self._write(task, epoch)
-            except Exception as exc:  # a bolt hook or the backend: report it, the round fails and retries
-                logger.exception("task %d: writing epoch %d failed", task, epoch)
-                self._manager.task_failed(task, epoch, f"{type(exc).__name__}: {exc}")
-            else:
-                self.durations.record(time.perf_counter() - started)
-                self._manager.task_prepared(task, epoch)
+            self._save(task, epoch, generation)
         ex.emitter.send_barrier(task, epoch, generation, self.downstream)
         self.done[task] = epoch
         released = self.buffered.pop(task, None)
         return self.process(released) if released else 0
 
-    def _write(self, task: int, epoch: int) -> None:
+    def _save(self, task: int, epoch: int, generation: int) -> None:
+        """Encode ``task``'s entry for ``epoch`` here; the worker's writer makes it durable and reports it.
+
+        The task is prepared (``PREPARE`` can be answered) only once the entry is durable, but
+        this thread goes on at once: the next epoch's tuples do not wait for the fsync.
+        """
+        manager = self._manager
+        started = time.perf_counter()
+        try:
+            full, parts = self._encode(task, epoch)
+        except Exception as exc:  # a bolt hook or the codec: report it, the round fails and retries
+            logger.exception("task %d: saving epoch %d failed", task, epoch)
+            manager.task_failed(task, epoch, f"{type(exc).__name__}: {exc}", generation)
+            return
+        store = self.stores[task]
+
+        def write() -> None:
+            try:
+                written = store.write_encoded(epoch, full, parts)
+            except Exception as exc:  # the backend: report it, the round fails and retries
+                logger.exception("task %d: writing epoch %d failed", task, epoch)
+                manager.task_failed(task, epoch, f"{type(exc).__name__}: {exc}", generation)
+            else:
+                self.durations.record(time.perf_counter() - started)  # barrier to durable
+                self.last_bytes[task] = written
+                manager.task_prepared(task, epoch, generation)
+
+        try:
+            manager.writer.submit(write)
+        except CheckpointError as exc:  # the worker is stopping
+            manager.task_failed(task, epoch, str(exc), generation)
+
+    def _encode(self, task: int, epoch: int) -> tuple[bool, list[bytes]]:
+        """Run the bolt's hooks and encode its changes (or, now and then, the whole state) as ``epoch``."""
         bolt = self._ex.bolts[task]
         bolt._state_saving(epoch)
         bolt.pre_prepare(epoch)
         state = self.states[task]
+        store = self.stores[task]
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
-            written = self.stores[task].write(epoch, True, state.snapshot())
             self._keys_since_full[task] = 0
-        else:
-            changes = state.take_changes()
-            written = self.stores[task].write(epoch, False, changes)
-            self._keys_since_full[task] = since
-        self.last_bytes[task] = written
+            return True, store.encode(epoch, True, state.snapshot())
+        self._keys_since_full[task] = since
+        return False, store.encode(epoch, False, state.take_changes())
 
     def check_commits(self) -> None:
         """Call ``pre_commit`` once a newer epoch is committed (executor thread, between batches)."""
@@ -289,6 +314,8 @@ class CheckpointManager:
         _, settings = provider_settings(conf)
         self.snapshot_min_keys = snapshot_min_keys(settings)
         self.backend = make_backend(conf, state.plan.topology.name)
+        #: Makes the executors' changelog entries durable off their threads, in order.
+        self.writer = StateWriter()
         self._prepare_timeout_s = conf.get_int("topology.state.commit.timeout.ms", minimum=1) / 1000
         self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
         self._lease: tuple[str, float, int] | None = None  # (coordinator, time of its last request, priority)
@@ -397,14 +424,20 @@ class CheckpointManager:
             self._last_group = time.monotonic()
 
     # --- tasks report (executor threads) -------------------------------------------------------
-    def task_prepared(self, task: int, epoch: int) -> None:
+    def task_prepared(self, task: int, epoch: int, generation: int) -> None:
+        """Task ``task``'s entry for ``epoch`` is durable (the writer thread); stale generations are ignored."""
         with self._cond:
+            if generation != self.generation:
+                return  # a rollback overtook this epoch: its round failed already
             self._prepared[task] = max(epoch, self._prepared.get(task, NO_EPOCH))
             self._failed.pop(task, None)
             self._cond.notify_all()
 
-    def task_failed(self, task: int, epoch: int, error: str) -> None:
+    def task_failed(self, task: int, epoch: int, error: str, generation: int) -> None:
+        """Task ``task`` could not save ``epoch``: the round fails, and the next one rolls back."""
         with self._cond:
+            if generation != self.generation:
+                return  # a rollback overtook this epoch: it is discarded anyway
             self._failed[task] = f"task {task} could not write epoch {epoch}: {error}"
             self._cond.notify_all()
         self.mark_dirty(f"task {task} failed to write epoch {epoch}")
@@ -555,6 +588,9 @@ class CheckpointManager:
             msg = f"RESUME of generation {generation}, but this worker is at {self.generation} (paused: {self.paused})"
             raise CheckpointError(msg)
         state = self.state
+        if not self.writer.drain(self._prepare_timeout_s):  # no late write may land on a cut-back changelog
+            msg = f"changelog writes still running after {self._prepare_timeout_s:.0f}s; the rollback waits for them"
+            raise CheckpointError(msg)
         with self.gate:
             for executor in self._executors():
                 if executor.checkpoints is not None:
@@ -679,8 +715,14 @@ class CheckpointManager:
         self.counters["committed_epochs"] += 1
         self.last_commit_at = time.time()
 
+    def drain_writes(self, timeout: float) -> bool:
+        """Wait until every changelog entry handed to the writer is written (or failed)."""
+        return self.writer.drain(timeout)
+
     def close(self) -> None:
-        """Close the backend (input-log segments made durable)."""
+        """Let pending changelog writes end, then close the backend (input-log segments made durable)."""
+        if not self.writer.close(5.0):
+            logger.warning("worker %s: changelog writes still running at close", self.state.slot)
         self.backend.close()
 
     def metrics(self) -> CheckpointMetrics:

@@ -299,6 +299,9 @@ class Worker:
             executor.join(max(0.0, deadline - time.monotonic()))
             if executor.alive:
                 logger.error("worker %s: executor %s did not drain before the deadline", self.slot, executor.spec)
+        checkpoints = self.state.checkpoints
+        if removed and checkpoints is not None and not checkpoints.drain_writes(max(0.0, deadline - time.monotonic())):
+            logger.error("worker %s: changelog writes of moved executors still running", self.slot)
         for executor in added.values():
             executor.start()
             if self._active:

@@ -6,12 +6,13 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import Tuple
+from spark_storm.state.files import EmbeddedBackend, FileTaskStore
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.spout import Spout, SpoutOutputCollector
 from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
@@ -347,3 +348,32 @@ class RunningCountBolt(StatefulBolt):
         self.counts.put(key, n)
         self.collector.emit([key, n], anchors=tup)
         self.collector.ack(tup)
+
+
+class _GatedTaskStore(FileTaskStore):
+    """An embedded task store whose writes wait while ``<gate>/closed`` exists (at most 60 s).
+
+    Each write first leaves ``<gate>/writing-t<task>-e<epoch>``, so a test sees it waiting.
+    """
+
+    def __init__(self, task: int, directory: Path, gate: Path) -> None:
+        super().__init__(task, directory)
+        self.gate = gate
+
+    def write_encoded(self, epoch: int, full: bool, parts: Sequence[bytes]) -> int:
+        (self.gate / f"writing-t{self.task}-e{epoch}").touch()
+        deadline = time.monotonic() + 60
+        while (self.gate / "closed").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return super().write_encoded(epoch, full, parts)
+
+
+class GatedBackend(EmbeddedBackend):
+    """The embedded backend with gated changelog writes (provider settings ``dir`` and ``gate``)."""
+
+    def __init__(self, topology: str, settings: Mapping[str, Any]) -> None:
+        super().__init__(topology, settings["dir"])
+        self.gate = Path(settings["gate"])
+
+    def task_store(self, task: int) -> FileTaskStore:
+        return _GatedTaskStore(task, self.root / f"task-{task}", self.gate)

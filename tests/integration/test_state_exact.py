@@ -240,3 +240,58 @@ def test_what_a_batch_cut_by_a_rollback_emits_is_dropped_not_counted_besides_the
         result = run.commit(1)
         print(f"rollback mid-batch: epoch {result.epoch}, rolled back again to {result.rolled_back_to}")
         assert run.state() == expected(run.batches)
+
+
+def test_a_slow_changelog_write_holds_the_commit_not_the_tuples_after_the_barrier(tmp_path: Path) -> None:
+    """The executor encodes its entry at the barrier and goes on; the write and fsync run on the writer thread.
+
+    While epoch 2's writes are held, the next batch is executed and acked, PREPARE is not
+    answered, and what that batch puts does not reach epoch 2's entries.
+    """
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    conf = {
+        "topology.state.provider": "tests.integration.bolts:GatedBackend",
+        "topology.state.provider.config": {"dir": str(tmp_path / "state"), "gate": str(gate)},
+    }
+    with Ledger(tmp_path, conf=conf) as run:
+        run.feed(0)
+        assert run.commit(0).epoch == 1
+        run.feed(1)
+        (gate / "closed").touch()
+        results: list[Any] = []
+        committer = threading.Thread(target=lambda: results.append(run.commit(1)))
+        committer.start()
+        plan = run.cluster.plan
+        by_worker: dict[Any, list[int]] = {}
+        for task in plan.component_tasks["ledger"]:
+            by_worker.setdefault(plan.task_slot[task], []).append(task)
+        wait_until(  # one writer thread per worker: its first task's write holds the others behind it
+            lambda: all(any((gate / f"writing-t{t}-e2").exists() for t in ts) for ts in by_worker.values()),
+            what="every worker writing epoch 2",
+            timeout=30,
+        )
+
+        def executed() -> int:  # tuples the ledger's tasks ran
+            return sum(
+                stats["executed"]
+                for slot in by_worker
+                for executor in run.cluster.health(slot)["executors"].values()
+                for task, stats in executor["tasks"].items()
+                if int(task) in plan.component_tasks["ledger"]
+            )
+
+        before = executed()
+        feeder = threading.Thread(target=run.feed, args=(2,))
+        feeder.start()
+        wait_until(lambda: executed() >= before + 600, what="the ledger executing batch 2 (600 rows)", timeout=30)
+        assert committer.is_alive(), "PREPARE was answered before epoch 2's entries were written"
+        assert not results
+        (gate / "closed").unlink()
+        feeder.join(60)
+        committer.join(60)
+        assert results
+        assert results[0].epoch == 2
+        assert run.state() == expected({b: run.batches[b] for b in (0, 1)})  # batch 2's puts stayed out
+        assert run.commit(2).epoch == 3
+        assert run.state() == expected(run.batches)

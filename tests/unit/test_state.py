@@ -5,14 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from spark_storm.config import Config
-from spark_storm.errors import ConfigError, StateCorruptError, StateError
-from spark_storm.state import DELETED, KeyValueState, LogRecord, StateBackend, make_backend
+from spark_storm.errors import CheckpointError, ConfigError, StateCorruptError, StateError
+from spark_storm.state import DELETED, KeyValueState, LogRecord, StateBackend, StateWriter, make_backend
 from spark_storm.state.files import EmbeddedBackend
 from spark_storm.state.memory import MemoryBackend
 from tests.support.state import check_changelog, check_input_log
@@ -218,3 +219,38 @@ def test_entries_and_records_written_as_parts_are_byte_for_byte_one_msgpack_body
     log.append(record, 1)
     log.append(LogRecord(None, [b"small"]), 1)
     assert [r.payloads for r in log.entries(0)] == [record.payloads, [b"small"]]
+
+
+def test_the_state_writer_runs_jobs_in_order_off_the_caller_and_drain_waits_for_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    writer = StateWriter("test-writer")
+    release = threading.Event()
+    ran: list[int] = []
+    threads: set[str] = set()
+
+    def job(i: int) -> Callable[[], None]:
+        def run() -> None:
+            if i == 0:
+                release.wait(10)
+            if i == 2:
+                msg = "a job that lets its error out"
+                raise RuntimeError(msg)
+            ran.append(i)
+            threads.add(threading.current_thread().name)
+
+        return run
+
+    for i in range(5):
+        writer.submit(job(i))
+    assert writer.pending == 5
+    assert not writer.drain(0.05)  # job 0 holds the rest behind it
+    assert ran == []
+    release.set()
+    assert writer.drain(10)
+    assert ran == [0, 1, 3, 4]  # in order; job 2's error is logged and the writer goes on
+    assert threads == {"test-writer"}
+    assert "a job that lets its error out" in caplog.text
+    assert writer.close(1)
+    with pytest.raises(CheckpointError, match="worker is stopping"):
+        writer.submit(job(5))
