@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -334,6 +334,10 @@ class TaskStore(abc.ABC):
 MAX_KEPT_KEYS: Final = 200_000
 
 
+def _done() -> None:
+    """Nothing left to do."""
+
+
 class InputLog(abc.ABC):
     """One source task's input log: records in segments, each segment tagged with its epoch.
 
@@ -383,6 +387,15 @@ class InputLog(abc.ABC):
     @abc.abstractmethod
     def close(self, epoch: int) -> None:
         """Barrier ``epoch``: make its segments durable; later appends go to ``epoch + 1``."""
+
+    def seal(self, epoch: int) -> Callable[[], None]:
+        """Barrier ``epoch`` in two steps: end its segment now, and return the call that makes it durable.
+
+        The worker seals under its receive gate and makes durable after releasing it, so
+        appends (to the next segment) do not wait for an fsync.  This default does it all now.
+        """
+        self.close(epoch)
+        return _done
 
     @abc.abstractmethod
     def entries(self, after: int) -> Iterator[LogRecord]:

@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -255,13 +255,26 @@ class FileInputLog(InputLog):
             self._open = None
 
     def close(self, epoch: int) -> None:
-        if self._open is not None and self._open[0] <= epoch:
-            self._close_fd()
-        if self._unsynced:
-            self._unsynced = []
-            _fsync_dir(self.dir)
-        if epoch > self.last_barrier():
-            _write_atomic(self.dir / "BARRIER", json.dumps({"epoch": epoch}).encode())
+        self.seal(epoch)()
+
+    def seal(self, epoch: int) -> Callable[[], None]:
+        fd = None
+        if self._open is not None and self._open[0] <= epoch:  # the next append opens a new segment
+            fd, self._fd, self._open = self._fd, None, None
+        unsynced, self._unsynced = self._unsynced, []
+
+        def make_durable() -> None:  # outside the gate: appends go on into the next segment meanwhile
+            if fd is not None:
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if unsynced:
+                _fsync_dir(self.dir)
+            if epoch > self.last_barrier():
+                _write_atomic(self.dir / "BARRIER", json.dumps({"epoch": epoch}).encode())
+
+        return make_durable
 
     def last_barrier(self) -> int:
         data = _read_json(self.dir / "BARRIER", f"task {self.task}")

@@ -655,18 +655,26 @@ class CheckpointManager:
                     msg = f"the replay after the rollback did not finish within {self._prepare_timeout_s:.0f}s"
                     raise CheckpointError(msg)
         state = self.state
+        sealed: list[tuple[int, Callable[[], None]]] = []
         with self.gate:
             if epoch > self.epoch:
                 plan = state.plan
                 for task in sorted(state.local_tasks):
                     if not plan.topology.components[plan.task_component[task]].source:
                         continue
-                    self._open_log(task).close(epoch)
+                    sealed.append((task, self._open_log(task).seal(epoch)))
                     queue = state.queue_of(task)
                     if queue is not None:  # never waits: the gate is held
                         queue.publish([(task, Barrier(epoch, generation, -1))], [0], wait=False)
                 with self._cond:
                     self.epoch = epoch
+        for task, make_durable in sealed:  # the fsyncs, with the gate released: receiving goes on
+            try:
+                make_durable()
+            except Exception as exc:  # a retried PREPARE would not seal again: the next round rolls back
+                msg = f"task {task}'s input log up to barrier {epoch} was not made durable: {exc}"
+                self.mark_dirty(msg)
+                raise CheckpointError(msg) from exc
         stateful = [
             t for e in self._executors() if e.checkpoints is not None and e.checkpoints.stateful for t in e.spec.tasks
         ]
