@@ -146,6 +146,19 @@ def test_input_log_segments_by_epoch_replay_retag_and_truncate(backend: StateBac
     check_input_log(backend)
 
 
+def test_a_sealed_segment_takes_no_more_appends_and_is_made_durable_afterwards(tmp_path: Path) -> None:
+    log = EmbeddedBackend("topo", tmp_path).input_log(3, "h:6700")
+    log.append(LogRecord(("q", 1, 0, 0), [b"before"]), 5)
+    make_durable = log.seal(5)  # under the worker's gate: cheap
+    assert log.last_barrier() < 5  # the marker is written by make_durable, after the gate
+    log.append(LogRecord(("q", 1, 0, 1), [b"after"]), 6)  # a receive thread, meanwhile
+    make_durable()
+    assert log.last_barrier() == 5
+    again = EmbeddedBackend("topo", tmp_path).input_log(3, "h:6701")
+    assert [r.payloads for r in again.entries(4)] == [[b"before"], [b"after"]]
+    assert [r.payloads for r in again.entries(5)] == [[b"after"]]
+
+
 def test_input_log_survives_the_process_and_a_truncated_tail_is_skipped(tmp_path: Path) -> None:
     log = EmbeddedBackend("topo", tmp_path).input_log(3, "h:6700")
     log.append(LogRecord(("q", 1, 0, 0), [b"x" * 10]), 5)
