@@ -68,7 +68,18 @@ _IOV_MAX: Final = 1024  # buffers per writev (Linux's IOV_MAX)
 
 
 def _write_parts(fd: int, parts: Sequence[bytes]) -> int:
-    """Write the parts in order with ``writev`` (resumed after a short write); return the bytes written."""
+    """Write the parts in order with ``writev`` (resumed after a short write); return the bytes written.
+
+    Two parts or fewer (a header and a body: no big value by reference) are joined and
+    written at once, which costs less than ``writev``'s views for the small records of the
+    receive path.
+    """
+    if len(parts) <= 2:
+        data = memoryview(b"".join(parts))
+        total = data.nbytes
+        while data:
+            data = data[os.write(fd, data) :]
+        return total
     views = deque(memoryview(p) for p in parts if len(p))
     total = sum(v.nbytes for v in views)
     while views:
