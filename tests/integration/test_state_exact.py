@@ -219,18 +219,12 @@ def test_what_a_batch_cut_by_a_rollback_emits_is_dropped_not_counted_besides_the
         run.commit(0)
         plan = run.cluster.plan
         slow_task = plan.component_tasks["mid"][0]
-        slow = plan.task_slot[slow_task]
-
-        def executed() -> int:
-            executors = run.cluster.health(slow)["executors"].values()
-            return sum(x["tasks"][str(slow_task)]["executed"] for x in executors if str(slow_task) in x["tasks"])
-
-        before = executed()
+        before = run.executed([slow_task])
         rows = rows_for(1, 900)
         run.batches[1] = rows
         sender = threading.Thread(target=run.writer.send, args=(1, rows))
         sender.start()
-        wait_until(lambda: executed() > before, what="the slow forwarder inside batch 1", timeout=30)
+        wait_until(lambda: run.executed([slow_task]) > before, what="the slow forwarder inside batch 1", timeout=30)
         statuses = run.coordinator.status().values()
         committed = max(s.committed for s in statuses)
         generation = max(s.generation for s in statuses)
@@ -271,20 +265,13 @@ def test_a_slow_changelog_write_holds_the_commit_not_the_tuples_after_the_barrie
             what="every worker writing epoch 2",
             timeout=30,
         )
-
-        def executed() -> int:  # tuples the ledger's tasks ran
-            return sum(
-                stats["executed"]
-                for slot in by_worker
-                for executor in run.cluster.health(slot)["executors"].values()
-                for task, stats in executor["tasks"].items()
-                if int(task) in plan.component_tasks["ledger"]
-            )
-
-        before = executed()
+        ledger = plan.component_tasks["ledger"]
+        before = run.executed(ledger)
         feeder = threading.Thread(target=run.feed, args=(2,))
         feeder.start()
-        wait_until(lambda: executed() >= before + 600, what="the ledger executing batch 2 (600 rows)", timeout=30)
+        wait_until(
+            lambda: run.executed(ledger) >= before + 600, what="the ledger executing batch 2 (600 rows)", timeout=30
+        )
         assert committer.is_alive(), "PREPARE was answered before epoch 2's entries were written"
         assert not results
         (gate / "closed").unlink()

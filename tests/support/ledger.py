@@ -11,7 +11,7 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -199,6 +199,18 @@ class ExactRun:
                 return data
         except OSError:
             return {}
+
+    def executed(self, tasks: Sequence[int]) -> int:
+        """Tuples these tasks' bolts have run, from their workers' ``/health``."""
+        plan = self.cluster.plan
+        wanted = {str(t) for t in tasks}
+        return sum(
+            stats["executed"]
+            for slot in {plan.task_slot[t] for t in tasks}
+            for executor in self.cluster.health(slot)["executors"].values()
+            for task, stats in executor["tasks"].items()
+            if task in wanted
+        )
 
     def accepted(self, index: int) -> int:
         return int(self.health(index).get("counters", {}).get("source_tuples_in", 0))
