@@ -33,6 +33,7 @@ import abc
 import datetime as dt
 import decimal
 import pickle
+import threading
 import zoneinfo
 from typing import Any, ClassVar, Final
 
@@ -159,7 +160,14 @@ def unpack_value(data: bytes) -> Any:
 
 
 class Serializer(abc.ABC):
-    """Turns tuple values into bytes and back."""
+    """Turns tuple values into bytes and back.
+
+    One instance serves a whole worker: every executor thread's encoder, the acker
+    updates, the receive threads' decoders.  So :meth:`dumps` and :meth:`loads` must be
+    safe to call from many threads at once (a custom serializer named by
+    ``topology.serializer`` too): keep no buffer or other mutable state between calls,
+    or keep it per thread.
+    """
 
     name: ClassVar[str] = ""
 
@@ -177,18 +185,31 @@ class Serializer(abc.ABC):
 
 
 class MsgpackSerializer(Serializer):
-    """msgpack with Spark's types (see the module's table)."""
+    """msgpack with Spark's types (see the module's table).
+
+    Each thread packs with a ``msgpack.Packer`` of its own.  A packer's buffer is
+    mutable, and a value that goes through :func:`_default` (a datetime, Decimal, tuple,
+    numpy value...) runs Python code mid-pack, where the GIL may pass to another thread:
+    one packer shared by two threads interleaves their bytes (one payload truncated, the
+    other with extra bytes).  A packer per thread costs a thread-local lookup; a fresh
+    ``packb`` per call costs a packer's construction (measured: 0.5 against 1.2 us for a
+    one-tuple payload, 6.7 against 8.8 us for 50 rows).
+    """
 
     name: ClassVar[str] = "msgpack"
 
     def __init__(self) -> None:
-        self._packer = msgpack.Packer(use_bin_type=True, default=_default)
+        self._local = threading.local()  # .packer: this thread's own
 
     def dumps(self, obj: Any) -> bytes:
         try:
-            return self._packer.pack(obj)  # type: ignore[no-any-return]
+            packer = self._local.packer
+        except AttributeError:
+            packer = self._local.packer = msgpack.Packer(use_bin_type=True, default=_default)
+        try:
+            return packer.pack(obj)  # type: ignore[no-any-return]
         except (TypeError, ValueError, OverflowError) as exc:
-            self._packer.reset()  # a failed pack may leave bytes behind in the packer's buffer
+            packer.reset()  # a failed pack may leave bytes behind in the packer's buffer
             msg = f"cannot serialize with msgpack: {exc}"
             raise WireFormatError(msg) from exc
 

@@ -1,9 +1,15 @@
 from __future__ import annotations
 
+import datetime as dt
+import sys
 import threading
+import time
+from collections.abc import Callable
+from decimal import Decimal
 
 import pytest
 
+from spark_storm.codec.payloads import pack_tuples
 from spark_storm.codec.serializer import MsgpackSerializer, make_serializer
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
@@ -105,3 +111,57 @@ def test_pickle_needs_permission_and_authentication() -> None:
     )
     assert ok.loads(ok.dumps({"a": {1, 2}})) == {"a": {1, 2}}
     assert isinstance(make_serializer(Config.of(None)), MsgpackSerializer)
+
+
+def test_one_serializer_packs_from_two_threads_at_a_tiny_switch_interval_without_corrupting() -> None:
+    """Issue 24's race: executor threads' tuple payloads and the acker updates share a worker's serializer.
+
+    A datetime goes through msgpack's Python ``default`` hook mid-pack, where the GIL may pass
+    to the other thread; with one shared Packer 149 of 3,446 tuple payloads came out corrupt
+    in 5 s.  Every payload packed here must unpack to exactly what was packed.
+    """
+    serializer = make_serializer(Config.of(None))
+    when = dt.datetime(2026, 11, 27, 4, 56, tzinfo=dt.UTC)
+    rows = [[i, f"user-{i}", when + dt.timedelta(seconds=i), Decimal("1.25")] for i in range(50)]
+    acks = [[1, 7_000_000_000 + i, 123456789, [0, 1]] for i in range(40)]
+    deadline = time.monotonic() + 5.0
+    corrupt: dict[str, int] = {"tuples": 0, "acker": 0}
+    packed: dict[str, int] = {"tuples": 0, "acker": 0}
+
+    def pack(kind: str, make: Callable[[], bytes], expected: object) -> None:
+        for _ in range(200_000):  # bounded in count and in time
+            if time.monotonic() > deadline:
+                return
+            try:
+                ok = serializer.loads(make()) == expected
+            except WireFormatError:
+                ok = False
+            packed[kind] += 1
+            corrupt[kind] += not ok
+
+    expected_tuples = [
+        3,
+        "default",
+        [[i, f"user-{i}", when + dt.timedelta(seconds=i), Decimal("1.25")] for i in range(50)],
+        None,
+        2,
+    ]
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [
+            threading.Thread(
+                target=pack,
+                args=("tuples", lambda: pack_tuples(serializer, 3, "default", rows, None, 2), expected_tuples),
+            ),
+            threading.Thread(target=pack, args=("acker", lambda: serializer.dumps(acks), acks)),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        sys.setswitchinterval(previous)
+    assert packed["tuples"] > 100
+    assert packed["acker"] > 100
+    assert corrupt == {"tuples": 0, "acker": 0}, f"corrupt payloads out of {packed}"
