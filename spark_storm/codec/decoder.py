@@ -31,8 +31,8 @@ __all__ = ["BadPayload", "BoltDecoder", "Decoded", "SourceDecoder"]
 
 #: An executor-queue payload and its weight in rows (a barrier weighs 0).
 Decoded = tuple[list[Tuple] | ColumnarBatch | Barrier, int]
-#: ``on_bad(error)``: told about each payload that cannot be decoded (may raise to stop).
-BadPayload = Callable[[Exception], None]
+#: ``on_bad(error, payload)``: told about each payload that cannot be decoded (may raise to stop).
+BadPayload = Callable[[Exception, bytes], None]
 
 _PAYLOAD: Final = "an Arrow payload"
 _SEND_FIELDS: Final = "send a column per declared field (extra columns are ignored)"
@@ -80,7 +80,7 @@ class SourceDecoder:
                     raise WireFormatError(msg)
                 pending.append(values)
             except WireFormatError as exc:
-                on_bad(exc)
+                on_bad(exc, payload)
         if pending:
             self._rows(pending, source, columnar, out)
         return out
@@ -138,7 +138,7 @@ class BoltDecoder:
             try:
                 item, generation = self._one(payload)
             except (WireFormatError, KeyError) as exc:
-                on_bad(exc)
+                on_bad(exc, payload)
                 continue
             if generation < current:
                 self.stale += item[1] or 1

@@ -43,6 +43,7 @@ __all__ = [
     "columnar_metadata",
     "pack_tuples",
     "read_arrow",
+    "salvage_anchors",
     "unpack_bolt",
 ]
 
@@ -193,3 +194,34 @@ def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anc
         msg = f"bad storm metadata in an Arrow payload: {exc}"
         raise WireFormatError(msg) from exc
     return data.replace_schema_metadata(None), origin
+
+
+def _anchor_list(raw: Any) -> list[Anchor]:
+    out: list[Anchor] = []
+    if type(raw) is not list:
+        return out
+    for anchor in raw:
+        if type(anchor) is list and len(anchor) == 3 and all(type(v) is int for v in anchor):
+            out.append((anchor[0], anchor[1], anchor[2]))
+    return out
+
+
+def salvage_anchors(serializer: Serializer, payload: bytes) -> list[Anchor]:
+    """Return the tuple-tree anchors a bad bolt payload still shows (never raises).
+
+    A payload whose rows cannot be used (a wrong arity, an unknown stream, bytes cut short
+    after the anchors) may still name the trees it belonged to: failing them at once makes
+    their senders replay now instead of at the message timeout.  Nothing readable: ``[]``.
+    """
+    try:
+        if payload[:4] == ARROW_STREAM_MAGIC:
+            schema = pa.ipc.open_stream(pa.py_buffer(payload)).schema
+            raw = (schema.metadata or {}).get(STORM_METADATA_KEY)
+            parts = msgpack.unpackb(raw) if raw is not None else None
+            return _anchor_list(parts[2]) if type(parts) is list and len(parts) > 2 else []
+        decoded = serializer.loads(payload)
+    except Exception:  # bytes that are not ours in any way: nothing to salvage
+        return []
+    if type(decoded) is not list or len(decoded) < 4 or type(decoded[3]) is not list:
+        return []
+    return [a for row in decoded[3] for a in _anchor_list(row)]

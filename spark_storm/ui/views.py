@@ -272,6 +272,7 @@ def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[
         m = _EXECUTOR.match(n)
         if m:
             per_component[m["component"]] = per_component.get(m["component"], 0) + _tasks_of(n)
+    counters = h.get("counters", {}) if h is not None else {}
     status = w.ref.status
     if w.ref.alive and w.health is None:
         status = "unreachable"
@@ -292,6 +293,11 @@ def _worker_row(reading: TopologyReading, w: WorkerReading, now: float) -> dict[
         "executorsTotal": len(names),
         "componentNumTasks": per_component,
         "lastHeartbeatSecs": None if w.ref.heartbeat_time is None else round(now - w.ref.heartbeat_time, 1),
+        # What the worker could not decode, and what entered the topology and was lost there
+        # (each failed its trees and, with state, made the next round roll back).
+        "badPayloads": _sum_or_none([_num(counters, "bad_payload"), _num(counters, "bad_acker_updates")]),
+        "lostPayloads": _num(counters, "lost_payloads"),
+        "lostTuples": _num(counters, "lost_tuples"),
         "error": w.error,
     }
 

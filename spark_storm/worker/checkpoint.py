@@ -335,6 +335,7 @@ class CheckpointManager:
         self._batches: dict[str, int] = {}
         self._last_group: float | None = None
         self._requests = threading.Lock()  # mutating requests run one at a time
+        self._lost_seen: dict[int, int] = {}  # messages each client connection counted lost, at the last PREPARE
         self._was_active: set[Any] = set()
         self.counters = {"rollbacks": 0, "replayed_records": 0, "committed_epochs": 0, "logged_groups": 0}
         self.last_commit_at: float | None = None
@@ -680,6 +681,7 @@ class CheckpointManager:
         ]
 
         def wait() -> dict[str, Any]:
+            self._check_transport_losses()
             with self._cond:
                 while True:
                     failed = [self._failed[t] for t in stateful if t in self._failed]
@@ -698,6 +700,19 @@ class CheckpointManager:
                     self._cond.wait(min(remaining, 0.5))
 
         return wait
+
+    def _check_transport_losses(self) -> None:
+        """Mark the state dirty if a connection to another worker lost messages since the last PREPARE.
+
+        A transport drops only by the user's choice (``storm.messaging.send.overflow.policy:
+        drop``) or when a connection closes with messages the peer never acknowledged; either
+        way tuples of this epoch may be missing downstream, so it must not commit.
+        """
+        now = self.state.messages_lost()
+        grown = sum(max(0, lost - self._lost_seen.get(conn, 0)) for conn, lost in now.items())
+        self._lost_seen = now
+        if grown:
+            self.mark_dirty(f"{grown} messages to other workers were lost by the transport")
 
     def _commit(self, epoch: int, batches: dict[str, int]) -> None:
         if epoch > self.epoch:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
+from spark_storm.codec.payloads import salvage_anchors
 from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
@@ -165,8 +166,17 @@ class Receiver:
             "unknown_task": 0,
             "forwarded": 0,
             "bad_payload": 0,
+            "bad_acker_updates": 0,
+            "lost_payloads": 0,
+            "lost_tuples": 0,
             "dead_lettered": 0,
         }
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` (any thread)."""
+        if n:
+            with self._lock:
+                self.counters[name] += n
 
     # --- entry points ---------------------------------------------------------------
     def transfer_local(
@@ -236,7 +246,7 @@ class Receiver:
                     # a delivery group planned before the task moved: its tracking cannot follow
                     # the rows, so the sender retries the group with the current assignment
                     msg = f"task {task} moved to worker {plan.task_slot[task]}; resend the group there"
-                    self._bad(task, WireFormatError(msg), atomic)
+                    self._bad(task, WireFormatError(msg), atomic, group[0], False)
                 elif task in plan.task_slot:
                     self._forward(task, group)
                 else:
@@ -387,20 +397,37 @@ class Receiver:
                 self.busy = False
 
     # --- decoding ---------------------------------------------------------------------
-    def _bad(self, task: int, exc: Exception, atomic: bool) -> None:
-        with self._lock:
-            self.counters["bad_payload"] += 1
+    def _bad(self, task: int, exc: Exception, atomic: bool, payload: bytes, from_worker: bool) -> None:
+        """Reject the group of a payload no decoder reads, or fail what it carried (never only a log line).
+
+        ``from_worker``: it came from another worker's bolts (or a client using the bolt
+        form), so its tuples were part of the topology already: losing them is a hole
+        (:meth:`WorkerState.data_lost`).  A plain client's bad payload for a source task was
+        never accepted: it is refused, counted and logged.
+        """
+        self.count("bad_payload")
         if atomic:
             logger.error("worker %s: rejecting a whole group: bad payload for task %d: %s", self._host.slot, task, exc)
             raise GroupRejected(str(exc)) from exc
-        logger.warning("worker %s: dropping a bad payload for task %d: %s", self._host.slot, task, exc)
+        if from_worker:
+            self._host.data_lost(
+                f"a payload of {len(payload)} bytes for task {task} could not be decoded ({exc})",
+                task=task,
+                payloads=1,
+                anchors=salvage_anchors(self._host.serializer, payload),
+            )
+            return
+        logger.warning("worker %s: refusing a bad payload a client sent to task %d: %s", self._host.slot, task, exc)
 
     def _decode_source(
         self, task: int, payloads: list[bytes], kind: str, tracker: GroupTracker | None, atomic: bool
     ) -> list[tuple[QueueItem, int]]:
         """Payloads a client sent to source task ``task``; with a tracker each tuple (batch) roots a tree."""
         items = self._sources.decode(
-            payloads, self._host.client_source(task), kind == "batch", lambda exc: self._bad(task, exc, atomic)
+            payloads,
+            self._host.client_source(task),
+            kind == "batch",
+            lambda exc, payload: self._bad(task, exc, atomic, payload, False),
         )
         if tracker is not None:
             acker, worker_id = self._host.acker, self._host.worker_id
@@ -435,28 +462,47 @@ class Receiver:
 
     def _decode_bolt(self, task: int, payloads: list[bytes], atomic: bool) -> list[tuple[QueueItem, int]]:
         """Payloads from bolts (or clients using the bolt form) for task ``task``."""
-        items = self._bolts.decode(payloads, lambda exc: self._bad(task, exc, atomic))
+        items = self._bolts.decode(payloads, lambda exc, payload: self._bad(task, exc, atomic, payload, True))
         return [((task, payload), weight) for payload, weight in items]
 
     # --- acker, forwarding, unknown tasks ---------------------------------------------
     def _acker_updates(self, payload: bytes) -> None:
+        """Apply another worker's acker updates; any that cannot be read is a failure, not a log line.
+
+        The well-formed ops of a payload are applied; a payload (or op) that cannot be read
+        leaves trees that would never complete, so it counts as lost (:meth:`WorkerState.data_lost`):
+        a stateful worker rolls back and replays at the next round, and a stateless one's
+        trees fail at ``topology.message.timeout.secs``.
+        """
+        checked: list[list[Any]] = []
+        error: str | None = None
         try:
             ops = self._host.serializer.loads(payload)
-            checked: list[list[Any]] = []
-            for op in ops:
-                if len(op) not in (3, 4):
+            if type(ops) is not list:
+                msg = f"acker updates are an array of ops, got {type(ops).__name__}"
+                raise ValueError(msg)
+        except (WireFormatError, ValueError) as exc:
+            ops, error = [], str(exc)
+        bad_ops = 0
+        for op in ops:
+            try:
+                if type(op) is not list or len(op) not in (3, 4):
                     msg = "an acker update is [op, root, value] or [op, root, value, [workers touched]]"
                     raise ValueError(msg)
                 entry: list[Any] = [int(op[0]), int(op[1]), int(op[2])]
                 if len(op) == 4:
                     entry.append([int(w) for w in op[3]])
-                checked.append(entry)
-        except (WireFormatError, ValueError, TypeError) as exc:
-            with self._lock:
-                self.counters["bad_payload"] += 1
-            logger.warning("worker %s: dropping bad acker updates: %s", self._host.slot, exc)
-            return
-        self._host.acker_ops(self._host.worker_id, checked)
+            except (ValueError, TypeError) as exc:
+                bad_ops += 1
+                error = error or str(exc)
+                continue
+            checked.append(entry)
+        if checked:
+            self._host.acker_ops(self._host.worker_id, checked)
+        if error is not None:
+            self.count("bad_acker_updates")
+            what = f"{bad_ops} of {len(ops)} ops" if bad_ops else f"a payload of {len(payload)} bytes"
+            self._host.data_lost(f"acker updates could not be read ({what}: {error})", task=ACKER_TASK, payloads=1)
 
     def _forward(self, task: int, payloads: list[bytes]) -> None:
         with self._lock:

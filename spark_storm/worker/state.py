@@ -24,7 +24,7 @@ from typing import Any
 
 from spark_storm.codec.encoder import Encoder
 from spark_storm.codec.serializer import Serializer, make_serializer
-from spark_storm.codec.tuples import CLIENT_COMPONENT, TupleSource
+from spark_storm.codec.tuples import CLIENT_COMPONENT, Anchor, TupleSource
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.messaging import IClient, IContext, IServer, TaskMessage
@@ -58,6 +58,13 @@ def _stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
         msg = f"tuples claim stream {stream!r} of {component!r}, which it does not declare"
         raise WireFormatError(msg)
     return fields
+
+
+def _anchors_of(payload: Any) -> list[Anchor]:
+    """Return the anchors of an executor-queue payload (tuples or a columnar batch)."""
+    if isinstance(payload, list):
+        return [a for tup in payload for a in getattr(tup, "anchors", ())]
+    return list(getattr(payload, "anchors", None) or ())
 
 
 def _worker_ids(plan: Plan) -> dict[int, Slot]:
@@ -222,8 +229,11 @@ class WorkerState:
                 continue
             where = self._plan.task_slot.get(task)
             if where is None or where == self._slot:  # gone, or its executor stopped with the worker
-                logger.error(
-                    "worker %s: %d tuples for task %d dropped: its executor has stopped", self._slot, weight, task
+                self.data_lost(
+                    f"{weight} tuples for task {task} dropped: its executor has stopped",
+                    task=task,
+                    tuples=weight,
+                    anchors=_anchors_of(payload),
                 )
                 continue
             encoded = self._encoder.item(task, payload)
@@ -252,6 +262,57 @@ class WorkerState:
     def unknown(self, messages: list[TaskMessage]) -> None:
         """Messages the transfer path found no worker for: counted, logged, dropped or dead-lettered."""
         self.receiver.unknown(messages)
+        if self.checkpoints is not None:  # this worker's own emits: a hole in the state
+            self.checkpoints.mark_dirty(f"{len(messages)} emitted messages for tasks no worker runs were dropped")
+
+    def data_lost(
+        self,
+        what: str,
+        *,
+        task: int,
+        payloads: int = 0,
+        tuples: int = 0,
+        anchors: Iterable[Anchor] = (),
+    ) -> None:
+        """Something that entered the topology is gone: fail what it belonged to, never leave a silent gap.
+
+        ``what`` says what was lost and why (a payload from another worker that no decoder
+        reads, acker updates that cannot be read, tuples for an executor that stopped).
+        The tuple trees it belonged to (``anchors``, where known) fail now, so their
+        delivery groups end at once instead of at the message timeout; a stateful worker
+        marks itself dirty, so the next checkpoint round rolls every worker back and
+        replays the input logs instead of committing past the hole (docs/state.md).  It is
+        counted (``lost_payloads`` and ``lost_tuples`` in ``/health``, Prometheus and the UI),
+        logged, and reported among the worker's errors.
+        """
+        self.receiver.count("lost_payloads", payloads)
+        self.receiver.count("lost_tuples", tuples)
+        roots: dict[int, set[int]] = {}
+        for worker, root, _edge in anchors:
+            roots.setdefault(worker, set()).add(root)
+        for worker, of_worker in roots.items():
+            self.acker_ops(worker, [[FAIL_OP, root, 0] for root in sorted(of_worker)])
+        failed = sum(map(len, roots.values()))
+        checkpoints = self.checkpoints
+        if checkpoints is not None:
+            checkpoints.mark_dirty(what)
+        component = self._plan.task_component.get(task, "?")
+        self.report_error(component, task, f"lost: {what}")
+        logger.error(
+            "worker %s: %s; %d tuple trees failed%s",
+            self._slot,
+            what,
+            failed,
+            "; state marked dirty (the next round rolls back)" if checkpoints is not None else "",
+        )
+
+    def messages_lost(self) -> dict[int, int]:
+        """Messages each open connection to another worker counted as lost (by connection object id)."""
+        out: dict[int, int] = {}
+        for conn in list(self._connections.values()):
+            lost = conn.metrics().get("lost", 0)
+            out[id(conn)] = int(lost) if isinstance(lost, int | float) else 0
+        return out
 
     def deliver_local(self, messages: list[TaskMessage]) -> None:
         """Messages queued for a remote task that a refresh has since moved here."""

@@ -140,7 +140,7 @@ def test_every_spark_type_crosses_workers_in_tuples_and_in_arrow_batches(column:
     assert batch.data.equals(data), name
 
 
-def _raise(exc: Exception) -> None:
+def _raise(exc: Exception, payload: bytes) -> None:
     raise exc
 
 
@@ -246,7 +246,7 @@ def test_source_decoder_takes_msgpack_rows_and_arrow_in_order_and_reports_bad_pa
         msgpack.packb(["f", 6]),
     ]
     bad: list[Exception] = []
-    items = SourceDecoder(SER).decode(payloads, source, False, bad.append)
+    items = SourceDecoder(SER).decode(payloads, source, False, lambda exc, _payload: bad.append(exc))
     assert [[t.values for t in ts] for ts, _ in items] == [  # type: ignore[union-attr]
         [["a", 1], ["b", 2]],
         [["c", 3], ["d", 4]],
@@ -268,9 +268,12 @@ def test_bolt_decoder_refuses_arrow_without_origin_and_unknown_streams() -> None
 
     bad: list[Exception] = []
     decoder = BoltDecoder(SER, source_of)
-    assert decoder.decode([arrow_payload(pa.record_batch({"k": [1], "v": [2]}))], bad.append) == []
-    assert decoder.decode([SER.dumps([5, "other", [["a", 1]], None])], bad.append) == []
-    assert decoder.decode([SER.dumps([5, "default", [["a"]], None])], bad.append) == []
+    assert (
+        decoder.decode([arrow_payload(pa.record_batch({"k": [1], "v": [2]}))], lambda exc, _payload: bad.append(exc))
+        == []
+    )
+    assert decoder.decode([SER.dumps([5, "other", [["a", 1]], None])], lambda exc, _payload: bad.append(exc)) == []
+    assert decoder.decode([SER.dumps([5, "default", [["a"]], None])], lambda exc, _payload: bad.append(exc)) == []
     assert [type(e).__name__ for e in bad] == ["WireFormatError"] * 3
     assert "storm metadata" in str(bad[0])
 
@@ -328,5 +331,8 @@ def test_barriers_and_generations_cross_workers_and_stale_generations_are_droppe
     assert items[2] == (Barrier(7, 3, 5), 0)
     assert decoder.stale == 3  # a tuple, a one-row batch and a barrier
     bad: list[Exception] = []
-    decoder.decode([SER.dumps([0, "$checkpoint", [1, 3]]), SER.dumps([5, "$checkpoint", ["x"]])], bad.append)
+    decoder.decode(
+        [SER.dumps([0, "$checkpoint", [1, 3]]), SER.dumps([5, "$checkpoint", ["x"]])],
+        lambda exc, _payload: bad.append(exc),
+    )
     assert len(bad) == 2

@@ -389,3 +389,82 @@ def test_a_value_no_codec_carries_fails_its_tuple_alone_and_the_executor_goes_on
     assert "component 'mid' task 3 stream 'default'" in error["error"]
     assert "field 'n' holds a object" in error["error"]
     assert mid.stats[3].errors == 1
+
+
+def test_a_bad_payload_from_another_worker_fails_the_trees_it_names_and_counts_as_lost(world: World) -> None:
+    """Issue 24: a payload another worker sent that no decoder reads is a failure, never only a log line."""
+    statuses: list[int] = []
+    tracker = GroupTracker(statuses.append)
+    tracker.expect(1)
+    root, edge = world.state.acker.root(tracker)
+    me = world.state.worker_id
+    wrong_arity = pack_tuples(world.state.serializer, 4, "default", [["too", 1, "many"]], [[(me, root, edge)]])
+    world.receiver.transfer_local([3], [wrong_arity])
+    assert world.queued(3) == []
+    assert statuses == [FAILED]  # at once, not at the message timeout
+    counters = world.receiver.counters
+    assert (counters["bad_payload"], counters["lost_payloads"]) == (1, 1)
+    [error] = list(world.state.errors)
+    assert error["task"] == 3
+    assert "could not be decoded" in error["error"]
+    world.receiver.transfer_local([3], [b"\xc1 not msgpack at all"])  # nothing to salvage: counted, reported
+    assert (counters["bad_payload"], counters["lost_payloads"]) == (2, 2)
+    assert world.state.checkpoints is None  # a stateless topology: its trees time out (Storm's rule)
+
+
+def test_acker_updates_that_cannot_be_read_apply_what_can_and_count_the_rest_as_lost(world: World) -> None:
+    from spark_storm.worker.acker import ACKER_TASK, FAIL_OP
+
+    statuses: list[int] = []
+    tracker = GroupTracker(statuses.append)
+    tracker.expect(1)
+    root, _edge = world.state.acker.root(tracker)
+    ops = [[FAIL_OP, root, 0], ["not", "an", "op"]]
+    world.receiver.transfer_local([ACKER_TASK], [world.state.serializer.dumps(ops)])
+    assert statuses == [FAILED]  # the well-formed op was applied
+    world.receiver.transfer_local([ACKER_TASK], [b"\x92\x01"])  # cut short
+    counters = world.receiver.counters
+    assert (counters["bad_acker_updates"], counters["lost_payloads"]) == (2, 2)
+    assert all("acker updates could not be read" in e["error"] for e in world.state.errors)
+
+
+STATEFUL = {
+    "name": "paths-stateful",
+    "components": [
+        {"id": "in", "source": True, "fields": ["key", "n"]},
+        {
+            "id": "ledger",
+            "bolt": "tests.integration.bolts:LedgerBolt",
+            "parallelism": 2,
+            "inputs": [{"from": "in", "grouping": "fields", "fields": ["key"]}],
+        },
+    ],
+}
+
+
+def test_in_a_stateful_topology_a_lost_payload_marks_the_state_dirty_so_nothing_commits_past_it(
+    tmp_path: Path,
+) -> None:
+    """The issue-24 failure: checkpoints went on committing epochs that lacked the lost tuples."""
+    topo = topology_from_dict(STATEFUL)
+    the_plan = plan(topo, [A, B])
+    conf = Config.of({"storm.messaging.transport": "local", "topology.state.provider": "memory", "record.dir": "."})
+    state = WorkerState(the_plan, A, conf, WorkerSettings.from_conf(conf), lambda reason, failure=True: None)
+    state.route_to({spec: state.build_executor(spec) for spec in the_plan.executors_of(A)})
+    try:
+        checkpoints = state.checkpoints
+        assert checkpoints is not None
+        assert checkpoints.dirty_reasons == []
+        [ledger_task] = [t for t in the_plan.tasks_of(A) if the_plan.task_component[t] == "ledger"]
+        state.receiver.transfer_local([ledger_task], [b"\xc1 corrupt"])
+        assert checkpoints.status()["dirty"] is True
+        assert any("could not be decoded" in r for r in checkpoints.dirty_reasons)
+        refused_from_a_client = state.receiver.counters["bad_payload"]
+        [source_task] = the_plan.component_tasks["in"]
+        assert the_plan.task_slot[source_task] == A  # executors go round-robin: in -> A, ledger -> B, A
+        checkpoints.dirty_reasons.clear()  # a plain client's garbage was never accepted: no hole
+        state.receiver.transfer_local([source_task], [b"\xc1 from a client"])
+        assert checkpoints.dirty_reasons == []
+        assert state.receiver.counters["bad_payload"] == refused_from_a_client + 1
+    finally:
+        state.context.term()

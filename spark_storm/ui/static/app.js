@@ -368,10 +368,12 @@ async function refreshTopology() {
         cell("rss", fmt.bytes(w.rssBytes), "num"),
         cell("executors", fmt.int(w.executorsTotal), "num"),
         cell("heartbeat", fmt.secsAgo(w.lastHeartbeatSecs), "num"),
+        cell("bad-payloads", fmt.int(w.badPayloads), "num"),
+        cell("lost", `${fmt.int(w.lostPayloads)} / ${fmt.int(w.lostTuples)}`, "num"),
       ),
     ),
     "no worker",
-    8,
+    10,
   );
   const errNote = document.getElementById("errors-note");
   if (topo.errors === null) {
