@@ -299,6 +299,8 @@ class CheckpointMetrics(TypedDict):
     replayed_records: int
     committed_epochs: int
     logged_groups: int
+    interval_rounds: int
+    interval_stood_aside: int
     provider: str
     last_commit_at: float | None
 

@@ -19,6 +19,7 @@ from spark_storm.messaging.message import MAX_TASK_ID, BackpressureStatus, Messa
 
 __all__ = [
     "ACCEPTED",
+    "COORDINATED_BATCH",
     "FAILED",
     "HANDSHAKE_FRAME_MAX",
     "HANDSHAKE_MAX_BYTES",
@@ -180,6 +181,8 @@ class Receipt:
 ACCEPTED: Final = 1
 PROCESSED: Final = 2
 FAILED: Final = 3
+#: Set in a BATCH_HEADER's ``required`` byte: the sender's own checkpoint round commits the batch.
+COORDINATED_BATCH: Final = 0x80
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,10 @@ class BatchHeader:
     """The next ``count`` data frames are group ``sequence`` of (query, batch, partition).
 
     ``required`` is the ack the sender waits for: ACCEPTED (published into executor
-    queues) or PROCESSED (acked by the entry component's bolts).
+    queues) or PROCESSED (acked by the entry component's bolts).  ``coordinated``: the
+    batch is committed by a checkpoint round of its own sender (a Spark driver's
+    ``commit``), so a stateful topology's interval rounds stand aside until it is
+    (docs/state.md, "Who coordinates").
     """
 
     query_id: str
@@ -196,6 +202,7 @@ class BatchHeader:
     sequence: int
     count: int
     required: int = ACCEPTED
+    coordinated: bool = False
 
     @property
     def key(self) -> tuple[str, int, int, int]:
@@ -410,7 +417,8 @@ def _control_body(frame: ControlFrame) -> tuple[int, bytes]:
     if isinstance(frame, Receipt):
         return RECEIPT, _RECEIPT.pack(frame.seq)
     if isinstance(frame, BatchHeader):
-        fixed = _BATCH_HEADER.pack(frame.batch_id, frame.partition, frame.sequence, frame.count, frame.required)
+        level = frame.required | (COORDINATED_BATCH if frame.coordinated else 0)
+        fixed = _BATCH_HEADER.pack(frame.batch_id, frame.partition, frame.sequence, frame.count, level)
         return BATCH_HEADER, fixed + _str_field(frame.query_id, "query id")
     if isinstance(frame, BatchAck):
         fixed = _BATCH_ACK.pack(frame.batch_id, frame.partition, frame.sequence, frame.status)
@@ -539,11 +547,16 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         return Ok(body[_OK_FIXED.size :], resume)
     if code == BATCH_HEADER:
         _need(body, _BATCH_HEADER.size, "batch header")
-        batch, part, seq, count, required = _BATCH_HEADER.unpack_from(body)
+        batch, part, seq, count, level = _BATCH_HEADER.unpack_from(body)
+        required = level & ~COORDINATED_BATCH
         if count < 0 or required not in (ACCEPTED, PROCESSED):
-            msg = f"batch header has count {count} / required {required}; needs count >= 0, required 1 or 2"
+            msg = (
+                f"batch header has count {count} / required {level}; needs count >= 0, required 1 or 2 "
+                f"(plus {COORDINATED_BATCH} for a coordinated batch)"
+            )
             raise WireFormatError(msg)
-        return BatchHeader(_query_id(body, _BATCH_HEADER.size, "batch header"), batch, part, seq, count, required)
+        query = _query_id(body, _BATCH_HEADER.size, "batch header")
+        return BatchHeader(query, batch, part, seq, count, required, bool(level & COORDINATED_BATCH))
     if code == BATCH_ACK:
         _need(body, _BATCH_ACK.size, "batch ack")
         batch, part, seq, status = _BATCH_ACK.unpack_from(body)

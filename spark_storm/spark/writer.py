@@ -304,7 +304,9 @@ def write_partition(options: StormOptions, batches: Iterable[pa.RecordBatch]) ->
             conn = conns.get(slot) or conns.setdefault(slot, POOL.connection(options, slot))
             if options.delivery:
                 for number, group in delivery_groups(options, index, sequence, msgs):
-                    header = BatchHeader(query_id, batch_id, partition, number, len(group), options.delivery)
+                    header = BatchHeader(
+                        query_id, batch_id, partition, number, len(group), options.delivery, coordinated=True
+                    )
                     conn.send_group(header, group)
                     pending.setdefault(slot, []).append(header.key)
                     sequence += 1

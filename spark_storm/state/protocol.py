@@ -107,6 +107,7 @@ class WorkerStatus:
     lease_holder: str | None = None
     lease_age_s: float | None = None
     priority_age_s: float | None = None  # since a priority coordinator (a Spark driver) was last heard
+    open_batch_idle_s: float | None = None  # a coordinated (Spark) batch is open: since a group of it came
 
     @classmethod
     def of(cls, worker: str, body: Mapping[str, Any]) -> WorkerStatus:
@@ -126,6 +127,7 @@ class WorkerStatus:
                 lease_holder=None if body.get("lease_holder") is None else str(body["lease_holder"]),
                 lease_age_s=None if lease_age is None else float(lease_age),
                 priority_age_s=None if body.get("priority_age_s") is None else float(body["priority_age_s"]),
+                open_batch_idle_s=None if body.get("open_batch_idle_s") is None else float(body["open_batch_idle_s"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"worker {worker}: a STATUS answer lacks or mangles {exc}"

@@ -28,6 +28,7 @@ from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.config import Config
 from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
 from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
+from spark_storm.messaging.wire import BatchHeader
 from spark_storm.reports import CheckpointMetrics, StateMetrics
 from spark_storm.state import (
     NO_EPOCH,
@@ -49,6 +50,7 @@ from spark_storm.state.protocol import (
     RESUME,
     STATUS,
     Coordinator,
+    WorkerStatus,
     decode_body,
     encode_body,
 )
@@ -333,11 +335,21 @@ class CheckpointManager:
         self._prepared: dict[int, int] = {}
         self._failed: dict[int, str] = {}
         self._batches: dict[str, int] = {}
+        #: Coordinated batches (a Spark driver's, BATCH_HEADER bit 0x80) logged here and not
+        #: committed yet: query id -> (newest such batch, when a group of it last came).
+        self._open_batches: dict[str, tuple[int, float]] = {}
         self._last_group: float | None = None
         self._requests = threading.Lock()  # mutating requests run one at a time
         self._lost_seen: dict[int, int] = {}  # messages each client connection counted lost, at the last PREPARE
         self._was_active: set[Any] = set()
-        self.counters = {"rollbacks": 0, "replayed_records": 0, "committed_epochs": 0, "logged_groups": 0}
+        self.counters = {
+            "rollbacks": 0,
+            "replayed_records": 0,
+            "committed_epochs": 0,
+            "logged_groups": 0,
+            "interval_rounds": 0,
+            "interval_stood_aside": 0,
+        }
         self.last_commit_at: float | None = None
 
     # --- start ----------------------------------------------------------------------------
@@ -369,6 +381,14 @@ class CheckpointManager:
             log = self._logs[task] = self.backend.input_log(task, self._writer)
             for query, batch in log.committed_batches().items():
                 self._batches[query] = max(batch, self._batches.get(query, batch))
+            now = time.monotonic()
+            with self._cond:
+                for query, batch, _partition, _sequence in log.keys():  # noqa: SIM118 (an InputLog, not a dict)
+                    # After a restart: a logged group of a query a driver has committed before,
+                    # and of a batch it has not, is a coordinated batch still open.
+                    if batch > self._batches.get(query, batch):
+                        newest = self._open_batches.get(query, (batch, now))[0]
+                        self._open_batches[query] = (max(batch, newest), now)
             if log.keys() or any(True for _ in log.entries(NO_EPOCH)):
                 self.mark_dirty(f"source task {task} has input logged by an earlier run")
         return log
@@ -423,6 +443,14 @@ class CheckpointManager:
         if key is not None:
             self.counters["logged_groups"] += 1
             self._last_group = time.monotonic()
+
+    def note_group(self, header: BatchHeader) -> None:
+        """Note a delivery group the receive path logged (under the gate): a coordinated batch is open."""
+        if not header.coordinated or header.batch_id <= self._batches.get(header.query_id, -1):
+            return
+        with self._cond:
+            newest = self._open_batches.get(header.query_id, (header.batch_id, 0.0))[0]
+            self._open_batches[header.query_id] = (max(newest, header.batch_id), time.monotonic())
 
     # --- tasks report (executor threads) -------------------------------------------------------
     def task_prepared(self, task: int, epoch: int, generation: int) -> None:
@@ -517,6 +545,7 @@ class CheckpointManager:
     def status(self) -> dict[str, Any]:
         """Return what STATUS answers."""
         with self._cond:
+            now = time.monotonic()
             lease = self._lease
             return {
                 "lease_holder": None if lease is None else lease[0],
@@ -531,6 +560,8 @@ class CheckpointManager:
                 "reasons": list(self.dirty_reasons),
                 "replaying": self.replaying,
                 "last_group_age_s": None if self._last_group is None else time.monotonic() - self._last_group,
+                # The least idle coordinated batch open here (seconds since a group of it came).
+                "open_batch_idle_s": min((now - t for _, t in self._open_batches.values()), default=None),
             }
 
     def _executors(self) -> list[Executor]:
@@ -733,6 +764,9 @@ class CheckpointManager:
             for query, batch in batches.items():
                 self._batches[query] = max(batch, self._batches.get(query, batch))
         with self._cond:
+            for query, batch in batches.items():
+                if self._open_batches.get(query, (batch + 1, 0.0))[0] <= batch:
+                    del self._open_batches[query]
             self.committed = max(self.committed, epoch)
             self._lease = None  # the round is over: the next one may be anybody's
         self.counters["committed_epochs"] += 1
@@ -766,6 +800,8 @@ class CheckpointManager:
             "replayed_records": counters["replayed_records"],
             "committed_epochs": counters["committed_epochs"],
             "logged_groups": counters["logged_groups"],
+            "interval_rounds": counters["interval_rounds"],
+            "interval_stood_aside": counters["interval_stood_aside"],
             "provider": self.backend.describe(),
             "last_commit_at": self.last_commit_at,
         }
@@ -796,8 +832,12 @@ class IntervalCheckpoints:
     """Storm's checkpoint interval, for topologies fed by plain clients (no Spark driver coordinating).
 
     The worker with the lowest slot of the plan runs a round every
-    ``topology.state.checkpoint.interval.ms``; a round is skipped while any worker saw a
-    Spark delivery group within the last few intervals (the query's commits checkpoint then).
+    ``topology.state.checkpoint.interval.ms``.  It stands aside while a Spark query drives
+    the topology, so the two never interleave: while a driver was heard within
+    ``topology.state.coordinator.lease.ms``, and while any worker holds a coordinated batch
+    (a Spark micro-batch: BATCH_HEADER bit 0x80) that its driver has not committed, however
+    slow the batch, unless no group of it came for ``topology.state.coordinator.batch.hold.ms``
+    (the driver is presumed gone; docs/state.md, "Who coordinates").
     """
 
     def __init__(self, manager: CheckpointManager, conf: Config, stopping: threading.Event) -> None:
@@ -805,6 +845,7 @@ class IntervalCheckpoints:
         self._interval_s = conf.get_int("topology.state.checkpoint.interval.ms", minimum=0) / 1000
         self._stopping = stopping
         self._lease_s = conf.get_int("topology.state.coordinator.lease.ms", minimum=1) / 1000
+        self._hold_s = conf.get_int("topology.state.coordinator.batch.hold.ms", minimum=0) / 1000
         self._coordinator = Coordinator(
             f"worker {manager.state.slot} (topology.state.checkpoint.interval.ms)",
             self._endpoints,
@@ -813,6 +854,7 @@ class IntervalCheckpoints:
             priority=0,
         )
         self.rounds = 0
+        self.stood_aside = 0
         self.last_error: str | None = None
 
     @property
@@ -825,6 +867,15 @@ class IntervalCheckpoints:
         out[str(state.slot)] = _ThisWorker(self._manager)
         return out
 
+    def driven_by(self, statuses: Mapping[str, WorkerStatus]) -> str | None:
+        """Say why a Spark query drives the topology now (the interval rounds stand aside), or None."""
+        for s in statuses.values():
+            if s.priority_age_s is not None and s.priority_age_s < self._lease_s:
+                return f"a Spark driver was heard by {s.worker} {s.priority_age_s:.1f}s ago"
+            if s.open_batch_idle_s is not None and s.open_batch_idle_s < self._hold_s:
+                return f"{s.worker} holds a Spark batch its driver has not committed yet"
+        return None
+
     def run(self) -> None:
         """Run a round per interval while this worker has the lowest slot (the coordinator thread)."""
         state = self._manager.state
@@ -832,14 +883,13 @@ class IntervalCheckpoints:
             if state.slot != min(state.plan.slots):
                 continue
             try:
-                statuses = self._coordinator.status()
-                driven = [
-                    s for s in statuses.values() if s.priority_age_s is not None and s.priority_age_s < self._lease_s
-                ]
-                if driven:
-                    continue  # a Spark query's commits run the rounds now
+                if self.driven_by(self._coordinator.status()) is not None:
+                    self.stood_aside += 1
+                    self._manager.counters["interval_stood_aside"] = self.stood_aside
+                    continue  # the query's commits run the rounds now
                 self._coordinator.checkpoint({})
                 self.rounds += 1
+                self._manager.counters["interval_rounds"] = self.rounds
                 self.last_error = None
             except StormError as exc:
                 self.last_error = str(exc)

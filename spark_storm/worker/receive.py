@@ -339,6 +339,7 @@ class Receiver:
                     rejected = True
                     finish(FAILED)
                     return
+                checkpoints.note_group(header)
             if replaying:  # logged; the replay publishes it
                 self.writers.add_rows(header, rows)
                 finish(header.required)

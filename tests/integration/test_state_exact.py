@@ -110,7 +110,7 @@ def test_the_columnar_ledger_is_exact_through_a_kill_too(tmp_path: Path) -> None
 
 def test_a_plain_client_gets_storms_interval_checkpoints_exact_through_a_kill(tmp_path: Path) -> None:
     """No Spark driver: the workers checkpoint every topology.state.checkpoint.interval.ms themselves."""
-    with Ledger(tmp_path, conf={"topology.state.checkpoint.interval.ms": 300}) as run:
+    with Ledger(tmp_path, conf={"topology.state.checkpoint.interval.ms": 300}, coordinated=False) as run:
         run.feed(0)
         victim = run.with_source()
         sender = run.kill_mid_batch(victim, 1, 900)
@@ -142,7 +142,7 @@ def test_checkpoints_and_a_rollback_go_through_full_queues(tmp_path: Path) -> No
         "topology.transfer.buffer.size": 64,
         "ledger.delay.s": 0.0005,
     }
-    with Ledger(tmp_path, conf=conf) as run:
+    with Ledger(tmp_path, conf=conf, coordinated=False) as run:  # the interval rounds run between its groups
         for batch in range(3):
             run.feed(batch, 1500)
         victim = run.with_source()
@@ -282,3 +282,70 @@ def test_a_slow_changelog_write_holds_the_commit_not_the_tuples_after_the_barrie
         assert run.state() == expected({b: run.batches[b] for b in (0, 1)})  # batch 2's puts stayed out
         assert run.commit(2).epoch == 3
         assert run.state() == expected(run.batches)
+
+
+def _checkpoint(run: Ledger, index: int) -> dict[str, Any]:
+    return run.health(index).get("checkpoint") or {}
+
+
+def test_a_spark_batch_slower_than_the_lease_holds_the_interval_rounds_until_its_driver_commits(tmp_path: Path) -> None:
+    """Issue 24: after the lease the interval coordinator ran epochs between a slow Spark batch's groups.
+
+    Every epoch must fall between micro-batches (the windows' "never late"): while a coordinated
+    batch is open the interval rounds stand aside however long the batch takes; once its driver
+    committed it, they run again.
+    """
+    conf = {"topology.state.checkpoint.interval.ms": 100, "topology.state.coordinator.lease.ms": 500}
+    with Ledger(tmp_path, conf=conf) as run:
+        run.feed(0)
+        epoch = run.commit(0).epoch  # the interval rounds may have run before the driver's first commit
+        lowest = run.cluster.slots.index(min(run.cluster.slots))  # the worker that runs the interval rounds
+        rounds = _checkpoint(run, lowest)["interval_rounds"]
+        run.feed(1)  # every row processed; the driver's commit is slow to come
+        seen = _checkpoint(run, lowest)["interval_stood_aside"]
+        wait_until(  # 15 more looks, 100 ms apart: well past the 500 ms lease since the driver's commit
+            lambda: (
+                (cp := _checkpoint(run, lowest)).get("interval_stood_aside", 0) >= seen + 15
+                or cp.get("interval_rounds", 0) > rounds
+            ),
+            what="the interval coordinator looking again after the lease ran out",
+            timeout=60,
+        )
+        views = [_checkpoint(run, i) for i in range(2)]
+        assert [v["committed"] for v in views] == [epoch, epoch], views
+        assert views[lowest]["interval_rounds"] == rounds
+        assert run.commit(1).epoch == epoch + 1  # the driver's commit: the batch whole in one epoch
+        assert run.state() == expected(run.batches)
+        wait_until(  # nothing open: the interval rounds run again once the driver's lease has passed
+            lambda: _checkpoint(run, lowest).get("interval_rounds", 0) >= rounds + 2,
+            what="interval rounds after the driver's commit",
+            timeout=60,
+        )
+        assert run.state() == expected(run.batches)
+
+
+def test_when_a_spark_batch_is_left_open_past_the_hold_the_interval_rounds_commit_it_and_stay_exact(
+    tmp_path: Path,
+) -> None:
+    """A driver presumed gone: the interval rounds commit what it left; its restart's replay is recognised."""
+    conf = {
+        "topology.state.checkpoint.interval.ms": 100,
+        "topology.state.coordinator.lease.ms": 500,
+        "topology.state.coordinator.batch.hold.ms": 1500,
+    }
+    with Ledger(tmp_path, conf=conf) as run:
+        run.feed(0)
+        epoch = run.commit(0).epoch
+        lowest = run.cluster.slots.index(min(run.cluster.slots))
+        seen = _checkpoint(run, lowest)["interval_stood_aside"]
+        run.feed(1)  # and the driver is gone
+        wait_until(
+            lambda: min(_checkpoint(run, i).get("committed", 0) for i in range(2)) > epoch,
+            what="the interval rounds committing the batch left open",
+            timeout=60,
+        )
+        assert _checkpoint(run, lowest)["interval_stood_aside"] >= seen + 10  # it waited the hold out first
+        assert run.state() == expected(run.batches)
+        run.feed(1)  # the query restarts from its checkpoint: batch 1 again, the same rows
+        run.commit(1)
+        assert run.state() == expected(run.batches)  # counted once

@@ -100,11 +100,21 @@ def ledger_state(state_dir: Path, topology: str, plan: Plan, component: str = "l
 class GroupWriter:
     """Sends batches to the source tasks as delivery groups and retries until every group is PROCESSED."""
 
-    def __init__(self, plan: Plan, conns: Mapping[Slot, IClient], query: str = "q-ledger", partitions: int = 3) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        conns: Mapping[Slot, IClient],
+        query: str = "q-ledger",
+        partitions: int = 3,
+        *,
+        coordinated: bool = True,
+    ) -> None:
         self.plan = plan
         self.conns = conns
         self.query = query
         self.partitions = partitions
+        #: As Spark's writer does: the "driver" (:meth:`ExactRun.commit`) commits each batch itself.
+        self.coordinated = coordinated
         self.resent = 0
         self.sent = 0
 
@@ -119,7 +129,8 @@ class GroupWriter:
                 per_slot.setdefault(self.plan.task_slot[task], []).append(TaskMessage(task, msgpack.packb(row)))
             for seq, slot in enumerate(sorted(per_slot)):
                 msgs = per_slot[slot]
-                out.append((slot, BatchHeader(self.query, batch, part, seq, len(msgs), PROCESSED), msgs))
+                header = BatchHeader(self.query, batch, part, seq, len(msgs), PROCESSED, self.coordinated)
+                out.append((slot, header, msgs))
         return out
 
     def send(self, batch: int, rows: list[list[Any]], *, timeout: float = 120.0, ack_wait: float = 3.0) -> None:
@@ -156,8 +167,9 @@ class ExactRun:
     """Worker processes of one topology, fed like Spark feeds it: delivery groups to its source ``in``
     (a :class:`GroupWriter`), and the driver's commit (a checkpoint round)."""
 
-    def __init__(self, topology: Path, workers: int = 2) -> None:
+    def __init__(self, topology: Path, workers: int = 2, *, coordinated: bool = True) -> None:
         self.topology = topology
+        self.coordinated = coordinated
         self.cluster = LocalCluster(
             str(self.topology), workers, overrides=OVERRIDES, work_dir=topology.parent / "workers"
         )
@@ -169,7 +181,7 @@ class ExactRun:
         self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
         for conn in self.conns.values():
             assert conn.wait_ready(30)
-        self.writer = GroupWriter(self.cluster.plan, self.conns)
+        self.writer = GroupWriter(self.cluster.plan, self.conns, coordinated=self.coordinated)
         self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
         return self
 
@@ -243,8 +255,9 @@ class Ledger(ExactRun):
         batch: bool = False,
         conf: dict[str, Any] | None = None,
         mid: str = "spark_storm.worker.bolt:PassThroughBolt",
+        coordinated: bool = True,
     ) -> None:
-        super().__init__(ledger_topology(tmp, batch=batch, conf=conf, mid=mid), workers)
+        super().__init__(ledger_topology(tmp, batch=batch, conf=conf, mid=mid), workers, coordinated=coordinated)
         self.tmp = tmp
 
     def feed(self, batch: int, n: int = 600) -> None:

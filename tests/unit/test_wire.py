@@ -59,6 +59,7 @@ controls = st.one_of(
         st.integers(0, 2**62),
         st.integers(0, 2**31 - 1),
         st.sampled_from([1, 2]),
+        st.booleans(),  # coordinated: bit 0x80 of the required byte
     ),
     st.builds(
         BatchAck,
@@ -192,3 +193,16 @@ def test_control_bodies_are_validated() -> None:
         # would take such a frame for a broken peer and drop the connection.
         with pytest.raises(WireFormatError, match=rf"load {bad!r} of task 3 is outside 0\.0\.\.1\.0"):
             encode_control(LoadMetrics({1: 0.5, 3: bad}))
+
+
+def test_a_batch_headers_coordinated_bit_rides_in_its_required_byte() -> None:
+    plain = encode_control(BatchHeader("q", 7, 1, 2, 3, 2))
+    coordinated = encode_control(BatchHeader("q", 7, 1, 2, 3, 2, coordinated=True))
+    assert len(plain) == len(coordinated)  # the same layout: a bit, not a field
+    level = 6 + 8 + 4 + 8 + 4  # frame header, batch id, partition, sequence, count
+    assert (plain[level], coordinated[level]) == (2, 0x82)
+    [header] = FrameDecoder(LIMIT).feed(coordinated)
+    assert header == BatchHeader("q", 7, 1, 2, 3, 2, coordinated=True)
+    bad = coordinated[:level] + bytes([0x83]) + coordinated[level + 1 :]
+    with pytest.raises(WireFormatError, match="required 131"):
+        FrameDecoder(LIMIT).feed(bad)
