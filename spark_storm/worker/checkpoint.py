@@ -335,6 +335,7 @@ class CheckpointManager:
         self._prepared: dict[int, int] = {}
         self._failed: dict[int, str] = {}
         self._batches: dict[str, int] = {}
+        self._unaccepted: set[GroupKey] = set()  # groups whose input-log appends failed part way
         #: Coordinated batches (a Spark driver's, BATCH_HEADER bit 0x80) logged here and not
         #: committed yet: query id -> (newest such batch, when a group of it last came).
         self._open_batches: dict[str, tuple[int, float]] = {}
@@ -430,17 +431,33 @@ class CheckpointManager:
 
     # --- the receive path (under the gate) -------------------------------------------------------
     def group_seen(self, key: GroupKey) -> bool:
-        """Whether a group is a replay: its batch is committed, or it is in an input log."""
+        """Whether a group is a replay: its batch is committed, or it is in an input log whole."""
         query, batch = key[0], key[1]
         if self._batches.get(query, -1) >= batch:
             return True
+        if key in self._unaccepted:  # logged in part only: the sender's retry is new input
+            return False
         return any(log.has(key) for log in self._logs.values())
 
-    def log(self, task: int, key: GroupKey | None, payloads: list[bytes]) -> None:
-        """Append what a source task accepted to its input log (before the worker acks it)."""
-        log = self._logs.get(task) or self._open_log(task)
-        log.append(LogRecord(key, list(payloads)), self.epoch + 1)
+    def log_group(self, key: GroupKey | None, by_task: list[tuple[int, list[bytes]]]) -> None:
+        """Append what source tasks accepted of one message or group to their input logs (before any ack).
+
+        A group is accepted only once every task's share is logged.  If an append fails part
+        way, the shares logged already stay (a rollback's replay counts a group once per log),
+        the worker is marked dirty, the group's key is not taken as seen, and the error goes on
+        to the caller, so the group fails and its sender's retry is logged and queued as new.
+        """
+        try:
+            for task, payloads in by_task:
+                log = self._logs.get(task) or self._open_log(task)
+                log.append(LogRecord(key, list(payloads)), self.epoch + 1)
+        except Exception as exc:
+            if key is not None:
+                self._unaccepted.add(key)
+            self.mark_dirty(f"an input-log append failed: {type(exc).__name__}: {exc}")
+            raise
         if key is not None:
+            self._unaccepted.discard(key)
             self.counters["logged_groups"] += 1
             self._last_group = time.monotonic()
 
@@ -763,6 +780,7 @@ class CheckpointManager:
                 log.truncate(epoch)
             for query, batch in batches.items():
                 self._batches[query] = max(batch, self._batches.get(query, batch))
+            self._unaccepted = {k for k in self._unaccepted if self._batches.get(k[0], -1) < k[1]}
         with self._cond:
             for query, batch in batches.items():
                 if self._open_batches.get(query, (batch + 1, 0.0))[0] <= batch:

@@ -275,9 +275,20 @@ class Receiver:
                 entry[1].append(item)
                 entry[2].append(weight)
                 published += weight
-        if checkpoints is not None:  # the whole message decoded: log it before anything is queued or acked
-            for task, group in to_log:
-                checkpoints.log(task, key, group)
+        if checkpoints is not None and to_log:  # the whole message decoded: log it before anything is queued or acked
+            try:
+                checkpoints.log_group(key, to_log)
+            except Exception as exc:  # the disk or the backend: nothing of it is queued, its sender retries
+                if atomic:
+                    msg = f"the input log refused the group: {type(exc).__name__}: {exc}"
+                    raise GroupRejected(msg) from exc
+                rows = sum(len(group) for _, group in to_log)
+                self._host.data_lost(
+                    f"{rows} payloads a client sent could not be logged ({type(exc).__name__}: {exc})",
+                    task=to_log[0][0],
+                    payloads=rows,
+                )
+                return 0
         if reroute:
             host.reroute([item for item, _ in reroute], [weight for _, weight in reroute])
             published += sum(weight for _, weight in reroute)

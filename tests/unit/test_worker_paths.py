@@ -428,7 +428,7 @@ def test_acker_updates_that_cannot_be_read_apply_what_can_and_count_the_rest_as_
     assert all("acker updates could not be read" in e["error"] for e in world.state.errors)
 
 
-STATEFUL = {
+STATEFUL: dict[str, Any] = {
     "name": "paths-stateful",
     "components": [
         {"id": "in", "source": True, "fields": ["key", "n"]},
@@ -466,5 +466,42 @@ def test_in_a_stateful_topology_a_lost_payload_marks_the_state_dirty_so_nothing_
         state.receiver.transfer_local([source_task], [b"\xc1 from a client"])
         assert checkpoints.dirty_reasons == []
         assert state.receiver.counters["bad_payload"] == refused_from_a_client + 1
+    finally:
+        state.context.term()
+
+
+def test_a_group_whose_input_log_append_fails_part_way_fails_and_its_retry_is_new_input() -> None:
+    """A retried group is taken as seen only if every row of it was logged."""
+    source, ledger = STATEFUL["components"]
+    topo = topology_from_dict({**STATEFUL, "components": [{**source, "parallelism": 2}, ledger]})
+    the_plan = plan(topo, [A])
+    conf = Config.of({"storm.messaging.transport": "local", "topology.state.provider": "memory", "record.dir": "."})
+    state = WorkerState(the_plan, A, conf, WorkerSettings.from_conf(conf), lambda reason, failure=True: None)
+    state.route_to({spec: state.build_executor(spec) for spec in the_plan.executors_of(A)})
+    try:
+        checkpoints = state.checkpoints
+        assert checkpoints is not None
+        first, second = the_plan.component_tasks["in"]
+        broken = checkpoints._open_log(second)
+        append = broken.append
+
+        def refuse(*args: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        broken.append = refuse  # type: ignore[method-assign,assignment]
+        header = BatchHeader("q", 4, 0, 0, 2, ACCEPTED, coordinated=True)
+        batch = MessageBatch.of(
+            [TaskMessage(first, msgpack.packb(["a", 1])), TaskMessage(second, msgpack.packb(["b", 2]))]
+        )
+        acks: list[int] = []
+        state.receiver.recv_group(header, batch, acks.append)
+        assert acks == [FAILED]
+        assert any("input-log append failed" in r for r in checkpoints.dirty_reasons)
+        assert not checkpoints.group_seen(header.key)  # the first task's share alone is in a log
+        assert state.queue_of(first).take(100, 0) == []  # type: ignore[union-attr]  # nothing of it was queued
+        broken.append = append  # type: ignore[method-assign]
+        state.receiver.recv_group(header, batch, acks.append)  # the sender's retry
+        assert acks == [FAILED, ACCEPTED]
+        assert checkpoints.group_seen(header.key)
     finally:
         state.context.term()
