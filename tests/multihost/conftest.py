@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.multihost import Cluster, Network, namespaces_unavailable, ns_cli
+from tests.support.multihost import Cluster, ns_cli
+from tests.support.netns import Network, namespaces_unavailable
 
 
 @pytest.fixture(scope="module")

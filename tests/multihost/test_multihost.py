@@ -13,7 +13,8 @@ import time
 import pytest
 
 from tests.support import wait_until
-from tests.support.multihost import HOSTS, POLL, ROWS_PER_FILE, Cluster, Network, recovery, report
+from tests.support.multihost import POLL, ROWS_PER_FILE, Cluster, recovery, report
+from tests.support.netns import HOSTS, Network
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster, pytest.mark.spark]
 

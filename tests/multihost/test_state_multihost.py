@@ -27,7 +27,8 @@ from spark_storm.topology.model import load_topology
 from tests.support import wait_until
 from tests.support.cluster import alive
 from tests.support.ledger import ledger_topology
-from tests.support.multihost import POLL, ROWS_PER_FILE, Cluster, Network, recovery, report
+from tests.support.multihost import POLL, ROWS_PER_FILE, Cluster, recovery, report
+from tests.support.netns import Network
 
 pytestmark = [pytest.mark.multihost, pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
 

@@ -4,8 +4,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 #: The checkout's root (conf/, jobs/, jars/ are found from it; daemons run with it as their cwd).
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,6 +26,8 @@ def wait_until(pred: Callable[[], object], *, what: str, timeout: float = 10.0, 
     (ZooKeeper, a log file, an HTTP endpoint) each time passes a longer ``interval`` so the
     polling does not take the CPU the processes under test need.
     """
+    import pytest  # here, not at the top: bench imports these helpers without pytest installed
+
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:

@@ -1,6 +1,6 @@
 """The multihost tier's helpers: network namespaces as hosts joined by a bridge (tests/multihost/conftest.py
-describes the network), processes in them, a ZooKeeper probe inside ``ctl``, and one test's daemons on that
-network (:class:`Cluster`).
+describes the network, tests/support/netns.py makes it), processes in them, a ZooKeeper probe inside ``ctl``,
+and one test's daemons on that network (:class:`Cluster`).
 """
 
 from __future__ import annotations
@@ -8,9 +8,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
-import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +22,9 @@ import yaml
 from tests.integration.bolts import read_event_logs
 from tests.support import ROOT, wait_until
 from tests.support.cluster import sets
+from tests.support.netns import HOSTS, Network
 from tests.support.spark import write_json_rows
 
-HOSTS = ("h1", "h2", "h3")
 SLOTS = (6700, 6701)
 #: How often waits poll here: each poll asks ZooKeeper (through the probe) or reads logs, not every 5 ms on 2 cores.
 POLL = 0.2
@@ -53,10 +50,6 @@ CLUSTER_CONF: dict[str, Any] = {
 }
 
 
-def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check, timeout=30)
-
-
 def ns_cli(network: Network, host: str, *args: str) -> str:
     """Run ``spark-storm ARGS`` in ``host``'s namespace; return its stdout (it must succeed)."""
     out = subprocess.run(
@@ -68,60 +61,6 @@ def ns_cli(network: Network, host: str, *args: str) -> str:
     )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
-
-
-class Network:
-    """The namespaces, the bridge and each host's address; :meth:`cut` / :meth:`restore` a host's link."""
-
-    def __init__(self) -> None:
-        tag = uuid.uuid4().hex[:6]
-        self.prefix = f"sst{tag}"
-        net = f"10.{random.randint(64, 250)}.{random.randint(1, 250)}"
-        self.switch = f"{self.prefix}-sw"
-        self.names = ("ctl", *HOSTS)
-        self.ns = {name: f"{self.prefix}-{name}" for name in self.names}
-        self.addr = {name: f"{net}.{i + 1}" for i, name in enumerate(self.names)}
-        self.port = {name: f"p{tag}{i}" for i, name in enumerate(self.names)}  # bridge-side veth (<= 15 chars)
-        self.created: list[str] = []
-
-    def create(self) -> None:
-        ip("netns", "add", self.switch)
-        self.created.append(self.switch)
-        ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-        ip("-n", self.switch, "link", "set", "br0", "up")
-        for name in self.names:
-            ns = self.ns[name]
-            ip("netns", "add", ns)
-            self.created.append(ns)
-            ip("-n", self.switch, "link", "add", self.port[name], "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("-n", self.switch, "link", "set", self.port[name], "master", "br0")
-            ip("-n", self.switch, "link", "set", self.port[name], "up")
-            ip("-n", ns, "addr", "add", f"{self.addr[name]}/24", "dev", "eth0")
-            ip("-n", ns, "link", "set", "eth0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-
-    def cut(self, name: str) -> None:
-        """Take ``name``'s bridge port down: nothing goes in or out of that host any more."""
-        ip("-n", self.switch, "link", "set", self.port[name], "down")
-
-    def restore(self, name: str) -> None:
-        ip("-n", self.switch, "link", "set", self.port[name], "up")
-
-    def pids(self) -> list[int]:
-        """Every process still running in one of our namespaces (all started by this test module)."""
-        out: list[int] = []
-        for ns in self.created:
-            got = ip("netns", "pids", ns, check=False)
-            out += [int(p) for p in got.stdout.split() if p.strip().isdigit()]
-        return out
-
-    def delete(self) -> None:
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for ns in reversed(self.created):
-            ip("netns", "del", ns, check=False)
-        self.created.clear()
 
 
 class NsProcess:
@@ -205,18 +144,6 @@ class Probe:
         self.process.stop(10)
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-def namespaces_unavailable() -> str | None:
-    """Return why namespaces cannot be used here, or None when they can."""
-    if shutil.which("ip") is None:
-        return "no `ip` command (iproute2) to create network namespaces"
-    name = f"sstprobe{uuid.uuid4().hex[:6]}"
-    got = ip("netns", "add", name, check=False)
-    if got.returncode != 0:
-        return f"cannot create a network namespace (`ip netns add` says: {got.stderr.strip()}); needs root or CAP_SYS_ADMIN"
-    ip("netns", "del", name, check=False)
-    return None
 
 
 EVENT_LOG_BOLT = "tests.integration.bolts:EventLogBolt"
