@@ -185,7 +185,7 @@ class Supervisor:
         if self._thread is not None:
             wait = None if timeout is None else timeout
             self._thread.join(wait)
-        for watch in self._watches.values():
+        for watch in list(self._watches.values()):  # the supervisor thread may outlive the join's timeout
             watch.cancel()
         with contextlib.suppress(ZooKeeperUnavailableError, ClusterError):
             self.state.unregister_supervisor(self.id)

@@ -711,7 +711,9 @@ class KafkaClient(ClientBase):
         future.add_errback(self._on_produce_error)
 
     def _on_produce_error(self, exc: BaseException) -> None:
-        self._produce_errors += 1
+        # kafka-python's I/O thread, or the sender's own when the future failed already
+        with self._status_cond:
+            self._produce_errors += 1
         self.last_error = f"producing to {self.topic} failed: {exc!r}"
         logger.error("%s: %s", self.describe(), self.last_error)
 

@@ -51,6 +51,7 @@ __all__ = [
     "GroupTracker",
     "OpSink",
     "ack_ops",
+    "anchors_of",
     "batch_edge",
     "child_anchors",
     "fail_ops",
@@ -301,6 +302,13 @@ def ack_ops(item: Any, sink: OpSink) -> None:
         if touched:
             op.append(touched)
         sink(worker, op)
+
+
+def anchors_of(payload: Any) -> list[Anchor]:
+    """Return the anchors of an executor-queue payload: its tuples', or its columnar batch's (barriers: none)."""
+    if isinstance(payload, list):
+        return [a for tup in payload for a in tup.anchors]
+    return list(getattr(payload, "anchors", None) or ())
 
 
 def fail_ops(item: Any, sink: OpSink) -> None:

@@ -75,6 +75,12 @@ def topology_is_stateful(bolt_classes: Mapping[str, object]) -> bool:
     return any(is_stateful(cls) for cls in bolt_classes.values())
 
 
+def _lost_of(conn: Any) -> int:
+    """Return what a client connection counted as lost."""
+    lost = conn.metrics().get("lost", 0)
+    return int(lost) if isinstance(lost, int | float) else 0
+
+
 def _channel(payload: Any) -> int:
     """Return the upstream task an executor-queue payload came from (-1: a client)."""
     if type(payload) is list:
@@ -288,7 +294,7 @@ class ExecutorCheckpoints:
         p50, p99 = self.durations.percentile(50), self.durations.percentile(99)
         return {
             "stateful": self.stateful,
-            "keys": sum(len(s) for s in self.states.values()),
+            "keys": sum(len(s) for s in list(self.states.values())),  # an HTTP thread, while a restore fills it
             "last_checkpoint_bytes": sum(self.last_bytes.values()),
             "checkpoint_p50_ms": None if p50 is None else round(p50 * 1000, 3),
             "checkpoint_p99_ms": None if p99 is None else round(p99 * 1000, 3),
@@ -341,8 +347,11 @@ class CheckpointManager:
         self._open_batches: dict[str, tuple[int, float]] = {}
         self._last_group: float | None = None
         self._requests = threading.Lock()  # mutating requests run one at a time
-        self._lost_seen: dict[int, int] = {}  # messages each client connection counted lost, at the last PREPARE
+        self._lost_seen: dict[Any, int] = {}  # messages each client connection counted lost, at the last PREPARE
         self._was_active: set[Any] = set()
+        #: Orders executor (de)activation by the worker (start, HTTP, refresh, stop) against a
+        #: rollback's PAUSE and RESUME, which own the executors in between (set_active).
+        self.activation = threading.Lock()
         self.counters = {
             "rollbacks": 0,
             "replayed_records": 0,
@@ -413,11 +422,12 @@ class CheckpointManager:
     def executors_moved(self, added: list[str], removed: list[str]) -> None:
         """Follow a refresh that moved executors in or out: their uncommitted effects went with the old ones."""
         plan = self.state.plan
-        for task in sorted(self.state.local_tasks):
-            if plan.topology.components[plan.task_component[task]].source:
-                self._open_log(task)
-        for task in [t for t in self._logs if t not in self.state.local_tasks]:
-            self._logs.pop(task)
+        with self.gate:  # the receive path and the replay read the logs under it
+            for task in sorted(self.state.local_tasks):
+                if plan.topology.components[plan.task_component[task]].source:
+                    self._open_log(task)
+            for task in [t for t in self._logs if t not in self.state.local_tasks]:
+                self._logs.pop(task)
         if added or removed:
             self.mark_dirty(f"executors moved (+{', '.join(added) or '-'} / -{', '.join(removed) or '-'})")
 
@@ -584,7 +594,29 @@ class CheckpointManager:
     def _executors(self) -> list[Executor]:
         return list(self.state.executors.values())
 
+    def set_active(self, executors: list[Executor], on: bool) -> None:
+        """(De)activate executors for the worker, unless a rollback owns them: then its RESUME will.
+
+        A worker's start activates its executors once its connections are ready, and the HTTP
+        endpoints and a refresh can switch them too; none of that may reach an executor
+        between a PAUSE and its RESUME, while its state is restored.
+        """
+        with self.activation:
+            if self.paused:
+                specs = {e.spec for e in executors}
+                self._was_active = self._was_active | specs if on else self._was_active - specs
+                return
+            for executor in executors:
+                if on:
+                    executor.activate()
+                else:
+                    executor.deactivate()
+
     def _pause(self, generation: int) -> None:
+        with self.activation:
+            self._pause_executors(generation)
+
+    def _pause_executors(self, generation: int) -> None:
         if generation < self.generation:
             msg = f"PAUSE of generation {generation}, but this worker is at {self.generation} already"
             raise CheckpointError(msg)
@@ -633,6 +665,10 @@ class CheckpointManager:
         )
 
     def _resume(self, epoch: int, generation: int) -> None:
+        with self.activation:
+            self._resume_executors(epoch, generation)
+
+    def _resume_executors(self, epoch: int, generation: int) -> None:
         if generation != self.generation or not self.paused:
             msg = f"RESUME of generation {generation}, but this worker is at {self.generation} (paused: {self.paused})"
             raise CheckpointError(msg)
@@ -665,16 +701,30 @@ class CheckpointManager:
     def _replay(self, epoch: int, generation: int) -> None:
         """Publish every logged record after ``epoch`` again, untracked, until caught up with the receive path."""
         done: dict[int, int] = {}
+        receiver = self.state.receiver
         try:
             while True:
                 progressed = False
-                for task, log in list(self._logs.items()):
+                with self.gate:
+                    logs = list(self._logs.items())
+                for task, log in logs:
                     records = list(log.replayable(epoch))
                     for record in records[done.get(task, 0) :]:
-                        if self.generation != generation:
-                            return  # another rollback took over
-                        self.state.receiver.replay(task, record.payloads)
-                        self.counters["replayed_records"] += 1
+                        items = receiver.decode_replay(task, record.payloads)
+                        # Published under the gate, as the receive path publishes, so a PAUSE (which
+                        # takes the gate to stop the executors and raise the generation) finds this
+                        # record queued before it clears the queues, or sees it never published; the
+                        # wait for room is outside the gate, so a full queue never holds a PAUSE up.
+                        while True:
+                            with self.gate:
+                                if self.generation != generation:
+                                    return  # another rollback took over
+                                full = receiver.publish_replay(task, items)
+                            if full is None:
+                                break
+                            full.wait_for_room(sum(w for _, w in items), 0.05)
+                        with self._cond:
+                            self.counters["replayed_records"] += 1
                         progressed = True
                     done[task] = len(records)
                 if progressed:
@@ -688,7 +738,9 @@ class CheckpointManager:
         except Exception as exc:  # a corrupt log: the next round fails with it (and says so)
             logger.exception("worker %s: replay after epoch %d failed", self.state.slot, epoch)
             self.mark_dirty(f"replay failed: {exc}")
-            self.replaying = False
+            with self.gate:
+                if self.generation == generation:  # an older replay's end is not this one's
+                    self.replaying = False
 
     def _prepare(self, epoch: int, generation: int) -> Callable[[], dict[str, Any]]:
         if generation != self.generation:
@@ -757,8 +809,13 @@ class CheckpointManager:
         way tuples of this epoch may be missing downstream, so it must not commit.
         """
         now = self.state.messages_lost()
+        # Connections closed since (a refresh) are read once more: closing counts what they never
+        # got acknowledged.  Keyed by the connection itself (held until then), not by its id.
+        for conn in self._lost_seen:
+            if conn not in now:
+                now[conn] = _lost_of(conn)
         grown = sum(max(0, lost - self._lost_seen.get(conn, 0)) for conn, lost in now.items())
-        self._lost_seen = now
+        self._lost_seen = {conn: lost for conn, lost in now.items() if conn in self.state.connections.values()}
         if grown:
             self.mark_dirty(f"{grown} messages to other workers were lost by the transport")
 
@@ -770,8 +827,8 @@ class CheckpointManager:
             return
         for executor in self._executors():
             cp = executor.checkpoints
-            if cp is not None and cp.stateful:
-                for store in cp.stores.values():
+            if cp is not None and cp.stateful and cp.restored.is_set():  # stores are filled in at restore
+                for store in list(cp.stores.values()):
                     store.commit(epoch)
         with self.gate:
             for log in self._logs.values():

@@ -173,13 +173,17 @@ class Executor:
         process = self._process if checkpoints is None else checkpoints.process
         try:
             while True:
+                # Busy before the active check: a PAUSE clears ``active`` and then waits while
+                # ``busy``, so either it sees this iteration or this iteration sees it (no tick,
+                # no pre_commit after a PAUSE found the executor idle).
+                self._busy = True
                 if not self.active.is_set():
+                    self._busy = False
                     if self._stop.is_set():
                         break
                     self.active.wait(0.05)
                     continue
                 wait = 0.05 if next_tick is None else max(0.0, min(0.05, next_tick - time.monotonic()))
-                self._busy = True
                 # Read before the take: a rollback's PAUSE stops the executors (the take's gate)
                 # before it raises the generation, so what this batch emits carries the
                 # generation its input arrived in, and a rollback that starts mid-batch voids it.

@@ -109,6 +109,11 @@ class BatchQueue(Generic[T]):
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def over_high(self) -> bool:
+        """Whether the queue crossed its high watermark and has not drained under the low one since."""
+        return self._over_high
+
     def publish(
         self, items: Sequence[T], weights: Sequence[int], timeout: float | None = None, *, wait: bool = True
     ) -> bool:
@@ -149,6 +154,16 @@ class BatchQueue(Generic[T]):
         if crossed and self._on_high is not None:
             self._on_high()
         return True
+
+    def wait_for_room(self, total: int, timeout: float) -> None:
+        """Wait up to ``timeout`` until ``total`` tuples would fit (or the queue is empty or closed); no publish."""
+        with self._lock:
+            if self._size and self._size + total > self.capacity and not self._closed:
+                self.overflow_waiters += 1
+                try:
+                    self._not_full.wait(timeout)
+                finally:
+                    self.overflow_waiters -= 1
 
     def take(self, limit: int, timeout: float, gate: Callable[[], bool] | None = None) -> list[T]:
         """Wait up to ``timeout`` for items; return them up to ``limit`` tuples (at least one item).
@@ -213,10 +228,11 @@ class BatchQueue(Generic[T]):
     def metrics(self) -> QueueMetrics:
         """capacity, population, overflow, published, consumed, arrival_rate (tuples/s), backpressure."""
         now = time.monotonic()
-        then, count = self._rate_mark
-        if now - then >= 1.0:
-            self.arrival_rate = (self.published - count) / (now - then)
-            self._rate_mark = (now, self.published)
+        with self._lock:  # HTTP threads may read at once
+            then, count = self._rate_mark
+            if now - then >= 1.0:
+                self.arrival_rate = (self.published - count) / (now - then)
+                self._rate_mark = (now, self.published)
         return {
             "capacity": self.capacity,
             "population": self._size,

@@ -43,7 +43,7 @@ from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.reports import WriterCounts, WriterMetrics
 from spark_storm.state.backend import GroupKey
 from spark_storm.state.protocol import STATUS, encode_body
-from spark_storm.worker.acker import ACKER_TASK, GroupTracker, fail_ops
+from spark_storm.worker.acker import ACKER_TASK, GroupTracker, anchors_of, fail_ops
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import LatencyHistogram
 
@@ -215,7 +215,7 @@ class Receiver:
         n = len(tasks)
         if not n:
             return 0
-        self.counters["received"] += n
+        self.count("received", n)
         if tasks.count(tasks[0]) == n:
             by_task: dict[int, list[bytes]] = {tasks[0]: payloads}
         else:
@@ -294,28 +294,47 @@ class Receiver:
             published += sum(weight for _, weight in reroute)
         for item, weight in broadcast:
             for queue in host.all_queues():
-                queue.publish([item], [weight])
+                if not queue.publish([item], [weight]):  # its executor stopped (a refresh moved it)
+                    host.data_lost(
+                        f"a broadcast of {weight} tuples for a stopped executor ({queue.name})",
+                        task=BROADCAST_TASK,
+                        tuples=weight,
+                        anchors=anchors_of(item[1]),
+                    )
         for queue, items_, weights in publish.values():
             if not queue.publish(items_, weights):  # its executor stopped (a refresh moved it)
                 host.reroute(items_, weights)
-        self.counters["tuples_in"] += published
-        self.counters["source_tuples_in"] += from_clients
+        with self._lock:  # several receive threads (and the transfer thread's deliver_local) count here
+            self.counters["tuples_in"] += published
+            self.counters["source_tuples_in"] += from_clients
         return published
 
-    def replay(self, task: int, payloads: list[bytes]) -> int:
-        """Publish input-log payloads of source task ``task`` again, untracked (a rollback's replay)."""
+    def decode_replay(self, task: int, payloads: list[bytes]) -> list[tuple[QueueItem, int]]:
+        """Decode input-log payloads of source task ``task`` for a rollback's replay (untracked)."""
         host = self._host
         kind = host.kind_of(task)
         if kind is None:
             logger.error("worker %s: cannot replay input of task %d: it no longer runs here", host.slot, task)
-            return 0
-        items = self._decode_source(task, payloads, kind, None, False)
+            return []
+        return self._decode_source(task, payloads, kind, None, False)
+
+    def publish_replay(self, task: int, items: list[tuple[QueueItem, int]]) -> BatchQueue[QueueItem] | None:
+        """Publish what :meth:`decode_replay` made if its queue has room now; else return that queue.
+
+        Never waits: the replay publishes under the checkpoint gate and waits for room
+        outside it, so a PAUSE is never held up by a full queue (docs/threads.md).
+        """
+        host = self._host
+        batch, weights = [item for item, _ in items], [w for _, w in items]
         queue = host.queue_of(task)
-        weight = sum(w for _, w in items)
-        if queue is None or not queue.publish([item for item, _ in items], [w for _, w in items]):
-            host.reroute([item for item, _ in items], [w for _, w in items])
-        self.counters["replayed_tuples"] += weight
-        return weight
+        if queue is not None and not queue.publish(batch, weights, timeout=0):
+            if not queue.closed:
+                return queue  # full: nothing published
+            queue = None
+        if queue is None:  # the task moved, or its executor stopped: deliver where it is now
+            host.reroute(batch, weights)
+        self.count("replayed_tuples", sum(weights))
+        return None
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
         """Queue a delivery group's tuples and ack ACCEPTED (PROCESSED once every tree completed).

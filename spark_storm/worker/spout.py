@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from spark_storm.codec.tuples import Tuple, TupleSource
+from spark_storm.errors import StormError
 from spark_storm.messaging.wire import PROCESSED
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.model import DEFAULT_STREAM
@@ -107,6 +108,17 @@ class SpoutCollector(SpoutOutputCollector):
         self._inner = inner
         self.emits = 0
 
+    def _check_thread(self) -> None:
+        # The executor's emitter, its pending counts and its acker updates belong to its thread
+        # (docs/threads.md); Storm's spout collector is not thread-safe either.
+        if threading.get_ident() != self._executor.emitter.owner:
+            msg = (
+                f"spout task {self._task} emitted from thread {threading.current_thread().name!r}: a spout emits "
+                "from next_tuple/ack/fail on its executor's thread (hand work from your own threads to next_tuple "
+                "through a queue)"
+            )
+            raise StormError(msg)
+
     def _root(self, message_id: Any) -> Tuple:
         executor = self._executor
         tracker = GroupTracker(functools.partial(executor.completed, self._task, message_id))
@@ -119,6 +131,7 @@ class SpoutCollector(SpoutOutputCollector):
         return parent
 
     def emit(self, values: Sequence[Any], stream: str = DEFAULT_STREAM, message_id: Any = None) -> list[int]:
+        self._check_thread()
         self.emits += 1
         if message_id is None:
             return self._inner.emit(values, stream)
@@ -130,6 +143,7 @@ class SpoutCollector(SpoutOutputCollector):
     def emit_direct(
         self, task: int, values: Sequence[Any], stream: str = DEFAULT_STREAM, message_id: Any = None
     ) -> None:
+        self._check_thread()
         self.emits += 1
         if message_id is None:
             self._inner.emit_direct(task, values, stream)

@@ -14,7 +14,6 @@ connections under one lock (:meth:`WorkerState.swap`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -32,7 +31,7 @@ from spark_storm.reports import ErrorReport
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
-from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, split_edges, worker_id
+from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, anchors_of, split_edges, worker_id
 from spark_storm.worker.checkpoint import CheckpointManager, topology_is_stateful
 from spark_storm.worker.executor import Executor, make_executor
 from spark_storm.worker.queue import BatchQueue, QueueItem
@@ -58,13 +57,6 @@ def _stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
         msg = f"tuples claim stream {stream!r} of {component!r}, which it does not declare"
         raise WireFormatError(msg)
     return fields
-
-
-def _anchors_of(payload: Any) -> list[Anchor]:
-    """Return the anchors of an executor-queue payload (tuples or a columnar batch)."""
-    if isinstance(payload, list):
-        return [a for tup in payload for a in getattr(tup, "anchors", ())]
-    return list(getattr(payload, "anchors", None) or ())
 
 
 def _worker_ids(plan: Plan) -> dict[int, Slot]:
@@ -112,7 +104,7 @@ class WorkerState:
         self._max_payload = max(1024, conf.get_int("storm.messaging.max.frame.bytes", minimum=1) // 2)
         self._encoder = Encoder(self._serializer, self._max_payload, self._split_anchors)
         self._request_stop = request_stop
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # the plan swap, the source cache's misses, the reroute encoder
         self.context: IContext = make_context(conf)
         self.server: IServer | None = None
         self._connections: dict[Slot, IClient] = {}
@@ -195,15 +187,20 @@ class WorkerState:
         source = self._sources.get((task, stream))
         if source is not None:
             return source
-        if task == -1:  # a client using the bolt form (a broadcast): no declared fields
-            source = TupleSource(CLIENT_COMPONENT, -1, stream, ())
-            if sum(1 for t, _ in self._sources if t == -1) >= _MAX_CLIENT_STREAMS:
-                return source  # do not let clients grow the cache without bound
-        else:
-            fields = _stream_fields(self._plan, task, stream)
-            source = TupleSource(self._plan.task_component[task], task, stream, fields)
-        self._sources[(task, stream)] = source
-        return source
+        with self.lock:  # a miss: the receive thread and executor threads fill the cache (docs/threads.md)
+            sources = self._sources
+            source = sources.get((task, stream))
+            if source is not None:
+                return source
+            if task == -1:  # a client using the bolt form (a broadcast): no declared fields
+                source = TupleSource(CLIENT_COMPONENT, -1, stream, ())
+                if sum(1 for t, _ in sources if t == -1) >= _MAX_CLIENT_STREAMS:
+                    return source  # do not let clients grow the cache without bound
+            else:
+                fields = _stream_fields(self._plan, task, stream)
+                source = TupleSource(self._plan.task_component[task], task, stream, fields)
+            sources[(task, stream)] = source
+            return source
 
     def client_source(self, task: int) -> TupleSource:
         component = self._plan.task_component[task]
@@ -233,10 +230,12 @@ class WorkerState:
                     f"{weight} tuples for task {task} dropped: its executor has stopped",
                     task=task,
                     tuples=weight,
-                    anchors=_anchors_of(payload),
+                    anchors=anchors_of(payload),
                 )
                 continue
-            encoded = self._encoder.item(task, payload)
+            with self.lock:  # the receive thread and executor threads reroute; one encoder
+                self._encoder.generation = self.generation  # what is rerouted is of the generation now
+                encoded = self._encoder.item(task, payload)
             if encoded.bad:
                 logger.error(
                     "worker %s: %d tuples for task %d that moved to %s cannot be encoded (%s); dropped",
@@ -306,12 +305,12 @@ class WorkerState:
             "; state marked dirty (the next round rolls back)" if checkpoints is not None else "",
         )
 
-    def messages_lost(self) -> dict[int, int]:
-        """Messages each open connection to another worker counted as lost (by connection object id)."""
-        out: dict[int, int] = {}
+    def messages_lost(self) -> dict[IClient, int]:
+        """Messages each open connection to another worker counted as lost."""
+        out: dict[IClient, int] = {}
         for conn in list(self._connections.values()):
             lost = conn.metrics().get("lost", 0)
-            out[id(conn)] = int(lost) if isinstance(lost, int | float) else 0
+            out[conn] = int(lost) if isinstance(lost, int | float) else 0
         return out
 
     def deliver_local(self, messages: list[TaskMessage]) -> None:
@@ -373,8 +372,8 @@ class WorkerState:
             str(spec),
             s.bp_high,
             s.bp_low,
-            on_high=functools.partial(self.backpressure.update, spec, True),
-            on_low=functools.partial(self.backpressure.update, spec, False),
+            on_high=lambda: self.backpressure.update(spec, queue),
+            on_low=lambda: self.backpressure.update(spec, queue),
         )
         return make_executor(self, spec, queue, s, self.conf)
 

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_storm.errors import ConnectionClosedError, StormError
 from spark_storm.messaging import BackpressureStatus, IServer, TaskMessage
@@ -205,27 +205,46 @@ class BackPressureTracker:
     def __init__(self, worker_id: str, server: Callable[[], IServer | None]) -> None:
         self._worker_id = worker_id
         self._server = server
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # decides and sends each status: the last word is the truth
         self._tasks: set[int] = set()
+        self._known: set[int] = set()
 
     @property
     def tasks(self) -> list[int]:
         with self._lock:
             return sorted(self._tasks)
 
-    def update(self, spec: ExecutorSpec, on: bool) -> None:
-        """Record that an executor queue crossed its high (``on``) or low watermark, and tell the clients."""
+    def update(self, spec: ExecutorSpec, queue: BatchQueue[Any]) -> None:
+        """Tell the clients whether ``spec``'s queue is over its high watermark (it just crossed one).
+
+        Decided from the queue's state now and sent under one lock, not from which crossing
+        called: a publisher crossing the high watermark and the consumer draining under the
+        low one call from two threads in either order, and the last status sent must be the
+        queue's (docs/threads.md).
+        """
         tasks = frozenset(spec.tasks)
         with self._lock:
+            on = queue.over_high
+            self._known |= tasks
             if on:
                 self._tasks |= tasks
             else:
                 self._tasks -= tasks
-        status = BackpressureStatus(self._worker_id, tasks if on else frozenset(), frozenset() if on else tasks)
+            self._send(BackpressureStatus(self._worker_id, tasks if on else frozenset(), frozenset() if on else tasks))
+        logger.debug("worker %s: backpressure %s for %s", self._worker_id, "on" if on else "off", spec)
+
+    def resend(self) -> None:
+        """Send every task's status again (the timer): a client that missed one learns it now."""
+        with self._lock:
+            if self._known:
+                held = frozenset(self._tasks)
+                self._send(BackpressureStatus(self._worker_id, held, frozenset(self._known - held)))
+
+    def _send(self, status: BackpressureStatus) -> None:
+        # Caller holds self._lock.
         server = self._server()
         if server is not None:
             try:
                 server.send_backpressure_status(status)
             except ConnectionClosedError:
                 return
-        logger.debug("worker %s: backpressure %s for %s", self._worker_id, "on" if on else "off", spec)

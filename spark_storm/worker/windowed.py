@@ -866,12 +866,15 @@ class _TupleWindows:
         c.fires = int(value.get("fires", 0))
 
     def metrics(self) -> WindowMetrics:
+        # An HTTP thread reads this while the executor changes the panes: iterate copies (a
+        # list() of a dict's values is taken whole, under the GIL).
         if self.spec.kind == "duration":
             held = sum(
-                len(keyed) if self.reduce else sum(len(v) for v in keyed.values()) for keyed in self.panes.values()
+                len(keyed) if self.reduce else sum(len(v) for v in list(keyed.values()))
+                for keyed in list(self.panes.values())
             )
         elif self.spec.kind == "count":
-            held = sum(len(c.buf) for c in self.counts.values()) + len(self._pending)
+            held = sum(len(c.buf) for c in list(self.counts.values())) + len(self._pending)
         else:
             held = len(self.sessions)
         wm = self.watermark.value

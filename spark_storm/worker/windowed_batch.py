@@ -686,10 +686,11 @@ class _BatchWindows:
             self._next_end = next_end(self.fired, self._length, self._slide)
 
     def metrics(self) -> WindowMetrics:
+        # An HTTP thread reads this while the executor changes the panes: iterate copies.
         if self.spec.kind == "duration":
-            held = sum(b.num_rows for bs in self.panes.values() for b in bs)
+            held = sum(b.num_rows for bs in list(self.panes.values()) for b in list(bs))
         elif self.spec.kind == "count":
-            held = sum(b.num_rows for b in self._rows) + sum(b.num_rows for b in self._pending)
+            held = sum(b.num_rows for b in list(self._rows)) + sum(b.num_rows for b in list(self._pending))
         else:
             held = len(self.sessions)
         wm = self.watermark.value

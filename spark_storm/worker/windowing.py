@@ -217,7 +217,7 @@ class Sessions(Generic[P]):
         self.dirty: set[Any] = set()
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.by_key.values())
+        return sum(len(v) for v in list(self.by_key.values()))  # read by HTTP threads too: a copy
 
     def place(self, key: Any, ts: int) -> Session[P] | None:
         """Return the open session of ``key`` that an event at ``ts`` joins, or None (a new one)."""

@@ -52,7 +52,7 @@ __all__ = ["CLIENT_COMPONENT", "Worker"]
 
 logger = logging.getLogger(__name__)
 
-_LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Worker] = weakref.WeakSet()  # added, removed and read under _HOOK_LOCK
 _HOOK_LOCK = threading.Lock()
 _previous_hook: Callable[[threading.ExceptHookArgs], Any] | None = None
 
@@ -62,7 +62,8 @@ def _thread_died(args: threading.ExceptHookArgs) -> None:
     if _previous_hook is not None:
         _previous_hook(args)
     name = args.thread.name if args.thread is not None else "?"
-    live = [w for w in list(_LIVE) if not w.stopping.is_set()]
+    with _HOOK_LOCK:
+        live = [w for w in list(_LIVE) if not w.stopping.is_set()]
     owners = [w for w in live if w.owns_thread(name)] or (live if len(live) == 1 else [])
     for worker in owners:
         worker.request_stop(f"thread {name} died: {args.exc_type.__name__}: {args.exc_value}")
@@ -106,6 +107,7 @@ class Worker:
         self._stopped = threading.Event()
         self.stop_reason: str | None = None
         self.failed = False
+        self._stop_lock = threading.Lock()  # request_stop from any thread: the first reason, a failure wins
         self.state = WorkerState(plan, slot, self.conf, self.settings, self.request_stop)
         self.receiver = self.state.receiver
         self.transfer = self.state.transfer
@@ -124,6 +126,7 @@ class Worker:
         self.timer.every("message-timeout", min(1.0, self.settings.message_timeout_s / 10), self._expire_trees)
         self.timer.every("peers", 0.1, self._watch_peers)
         self.timer.every("rates", 1.0, self._update_rates)
+        self.timer.every("backpressure", 0.5, self.backpressure.resend)  # a missed status is corrected
         self._ready_peers: set[Slot] = set()
         self.started_at = time.time()
         self.interval_checkpoints: IntervalCheckpoints | None = None
@@ -191,7 +194,8 @@ class Worker:
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""
-        _LIVE.add(self)
+        with _HOOK_LOCK:
+            _LIVE.add(self)
         _install_thread_hook()
         state = self.state
         if state.checkpoints is not None:
@@ -252,16 +256,26 @@ class Worker:
     def activate(self) -> None:
         """Let executors consume (Storm's activate)."""
         self._active = True
-        for executor in self.executors.values():
-            executor.activate()
+        self._set_active(list(self.executors.values()), True)
         logger.info("worker %s: executors active", self.slot)
 
     def deactivate(self) -> None:
         """Pause executors; their queues fill and hold back senders (Storm's deactivate)."""
         self._active = False
-        for executor in self.executors.values():
-            executor.deactivate()
+        self._set_active(list(self.executors.values()), False)
         logger.info("worker %s: executors deactivated", self.slot)
+
+    def _set_active(self, executors: list[Executor], on: bool) -> None:
+        """Switch executors, through the checkpoints when a rollback may own them (docs/threads.md)."""
+        checkpoints = self.state.checkpoints
+        if checkpoints is not None:
+            checkpoints.set_active(executors, on)
+            return
+        for executor in executors:
+            if on:
+                executor.activate()
+            else:
+                executor.deactivate()
 
     def refresh(self, plan: Plan) -> None:
         """Follow a new plan of the same topology (JStorm's RefreshConnections).
@@ -304,8 +318,8 @@ class Worker:
             logger.error("worker %s: changelog writes of moved executors still running", self.slot)
         for executor in added.values():
             executor.start()
-            if self._active:
-                executor.activate()
+        if self._active:
+            self._set_active(list(added.values()), True)
         for slot, conn in current.items():
             if slot not in merged:
                 conn.close()
@@ -319,13 +333,25 @@ class Worker:
         )
 
     def request_stop(self, reason: str, *, failure: bool = True) -> None:
-        """Ask for an ordered shutdown (from any thread: a failing bolt, a dead thread, a signal)."""
-        if not self._stopping.is_set():
-            self.stop_reason = reason
-            self.failed = failure
-            log = logger.error if failure else logger.info
-            log("worker %s: stopping: %s", self.slot, reason)
-            self._stopping.set()
+        """Ask for an ordered shutdown (from any thread: a failing bolt, a dead thread, a signal).
+
+        The first request names the reason; a failure after a clean request (a thread that
+        dies while a SIGTERM is handled) still makes the exit a failure.
+        """
+        with self._stop_lock:
+            if self._stopping.is_set():
+                if not failure or self.failed:
+                    return
+                self.failed = True
+                self.stop_reason = f"{self.stop_reason}; then {reason}"
+                first = False
+            else:
+                self.stop_reason = reason
+                self.failed = failure
+                self._stopping.set()
+                first = True
+        log = logger.error if failure else logger.info
+        log("worker %s: stopping: %s", self.slot, reason if first else f"{reason} (while stopping)")
 
     def stop(self, timeout: float | None = None) -> bool:
         """Ordered shutdown under one deadline; returns False if the deadline cut it short.
@@ -375,7 +401,8 @@ class Worker:
             self.state.checkpoints.close()
         self._beat("stopped")
         self._stopped.set()
-        _LIVE.discard(self)
+        with _HOOK_LOCK:
+            _LIVE.discard(self)
         if not clean:
             logger.error("worker %s: shutdown deadline of %.1fs passed before everything drained", self.slot, timeout)
         logger.info("worker %s stopped", self.slot)

@@ -86,6 +86,7 @@ class ZooKeeperWorker:
         self.conf = conf
         self.topology_id = check_topology_name(topology_id)
         self.slot = slot
+        self._beat_lock = threading.Lock()
         self.assignment_timeout = conf.get_float("worker.assignment.timeout.secs", minimum=0.0)
         self.state = ClusterState(zookeeper, conf)
         self.worker: Worker | None = None
@@ -324,6 +325,7 @@ class ZooKeeperWorker:
         worker = self.worker
         if worker is None:
             return
-        record = worker.heartbeat_record()
-        record["assignment_version"] = self.version
-        self.state.send_heartbeat(self.topology_id, self.slot, record)
+        with self._beat_lock:  # the timer and the refresh thread: a record is sent before a newer one is built
+            record = worker.heartbeat_record()
+            record["assignment_version"] = self.version
+            self.state.send_heartbeat(self.topology_id, self.slot, record)
