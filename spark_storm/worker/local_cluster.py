@@ -126,10 +126,18 @@ class LocalCluster:
         return cmd
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        """Start every worker and wait until each heartbeat says it is running."""
-        for slot in self.slots:
-            self.start_worker(slot)
-        self.wait_running(timeout)
+        """Start every worker and wait until each heartbeat says it is running.
+
+        If one does not come up, every worker started is stopped before the error goes on:
+        a ``with`` block whose start failed runs no ``__exit__``, and nothing may be left running.
+        """
+        try:
+            for slot in self.slots:
+                self.start_worker(slot)
+            self.wait_running(timeout)
+        except BaseException:
+            self.stop(10.0)
+            raise
         return self
 
     def start_worker(self, slot: Slot) -> None:

@@ -177,12 +177,16 @@ class ExactRun:
         self.batches: dict[int, list[list[Any]]] = {}
 
     def __enter__(self) -> Self:
-        self.cluster.start()
-        self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
-        for conn in self.conns.values():
-            assert conn.wait_ready(30)
-        self.writer = GroupWriter(self.cluster.plan, self.conns, coordinated=self.coordinated)
-        self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
+        self.cluster.start()  # stops what it started if a worker does not come up
+        try:
+            self.conns = {s: self.ctx.connect(self.cluster.topology.name, s.host, s.port) for s in self.cluster.slots}
+            for conn in self.conns.values():
+                assert conn.wait_ready(30)
+            self.writer = GroupWriter(self.cluster.plan, self.conns, coordinated=self.coordinated)
+            self.coordinator = Coordinator("test", lambda: {str(s): c for s, c in self.conns.items()}, 60.0, 3)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
