@@ -1,35 +1,34 @@
 """Storm's multilang protocol, pure: messages, serializers (JSON, msgpack) and the child process runner.
 
-The worker's adapters (:mod:`spark_storm.worker.multilang`: ``ShellBolt``, ``ShellSpout``)
+The worker's wing :mod:`spark_storm.shell` (``ShellBolt``, ``ShellSpout``)
 use these to run bolts and spouts written in any language, streamparse/pystorm
 components included, as subprocesses.  Nothing here imports the worker.
 """
 
 from __future__ import annotations
 
-from spark_storm.multilang.process import Backoff, Outbox, ShellProcess, check_command
+from spark_storm.multilang.process import Outbox, ShellProcess, check_command
 from spark_storm.multilang.protocol import HEARTBEAT_STREAM, SYSTEM_TASK, Emit, handshake, parse_emit
 from spark_storm.multilang.serializers import (
-    JsonSerializer,
-    MsgpackSerializer,
+    JsonMultilangSerializer,
+    MsgpackMultilangSerializer,
+    MultilangSerializer,
     ProtocolError,
-    Serializer,
-    make_serializer,
+    make_multilang_serializer,
 )
 
 __all__ = [
     "HEARTBEAT_STREAM",
     "SYSTEM_TASK",
-    "Backoff",
     "Emit",
-    "JsonSerializer",
-    "MsgpackSerializer",
+    "JsonMultilangSerializer",
+    "MsgpackMultilangSerializer",
+    "MultilangSerializer",
     "Outbox",
     "ProtocolError",
-    "Serializer",
     "ShellProcess",
     "check_command",
     "handshake",
-    "make_serializer",
+    "make_multilang_serializer",
     "parse_emit",
 ]

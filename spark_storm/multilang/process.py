@@ -13,7 +13,7 @@ A :class:`ShellProcess` is one incarnation of a child.  After :meth:`ShellProces
 
 When the child exits, closes stdout, writes garbage or is killed (a heartbeat timeout),
 the reader calls ``on_exit(process, reason)`` once.  Restarting is the owner's decision
-(:class:`Backoff` gives the delays).  Nothing here knows about bolts, spouts or workers.
+(spark_storm.shell's ``ShellChild``).  Nothing here knows about bolts, spouts or workers.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any, Final
 
 from spark_storm.errors import ConfigError, MultilangError
 from spark_storm.multilang.protocol import pid_of
-from spark_storm.multilang.serializers import ProtocolError, Serializer
+from spark_storm.multilang.serializers import MultilangSerializer, ProtocolError
 
-__all__ = ["Backoff", "Outbox", "ShellProcess", "check_command"]
+__all__ = ["Outbox", "ShellProcess", "check_command"]
 
 logger = logging.getLogger(__name__)
 child_logger = logging.getLogger("spark_storm.multilang.child")
@@ -70,23 +70,6 @@ def check_command(command: Sequence[str], cwd: str | None, where: str) -> None:
             "or install it"
         )
         raise ConfigError(msg)
-
-
-class Backoff:
-    """Restart delays: ``min_s`` doubling up to ``max_s``; back to ``min_s`` after a child lived ``max_s``."""
-
-    def __init__(self, min_s: float, max_s: float) -> None:
-        self.min_s = min_s
-        self.max_s = max(min_s, max_s)
-        self.attempt = 0
-
-    def next_delay(self, lived_s: float) -> float:
-        """Return the wait before the next start, given how long the last child lived."""
-        if lived_s >= self.max_s:
-            self.attempt = 0
-        delay = min(self.max_s, self.min_s * (1 << min(self.attempt, 30)))
-        self.attempt += 1
-        return delay
 
 
 class Outbox:
@@ -169,7 +152,7 @@ class ShellProcess:
         The child's working directory (Storm: the topology's resources directory).
     env : mapping, optional
         Extra environment (``PATH`` is appended to the worker's, as Storm's ShellProcess does).
-    serializer : Serializer
+    serializer : MultilangSerializer
     name : str
         What log lines call it (``component:task``).
     max_message_bytes : int
@@ -182,7 +165,7 @@ class ShellProcess:
         *,
         cwd: str | None,
         env: Mapping[str, str] | None,
-        serializer: Serializer,
+        serializer: MultilangSerializer,
         name: str,
         max_message_bytes: int,
     ) -> None:

@@ -6,7 +6,7 @@ array and parses it with one ``json.loads`` call (a message's own text never hol
 newline followed by ``end``, so splitting on ``\\nend\\n`` is exact); only when that fails
 does it parse message by message, to name the bad one.  Encoders turn many messages into
 one ``bytes`` for one ``write``; tuples have their own fast path
-(:meth:`Serializer.encode_tuples`).
+(:meth:`MultilangSerializer.encode_tuples`).
 
 Nothing here touches a process or a thread: the codec is pure, so it is tested alone.
 """
@@ -25,12 +25,12 @@ from spark_storm.errors import ConfigError, WireFormatError
 __all__ = [
     "SERIALIZERS",
     "Decoder",
-    "JsonSerializer",
-    "MsgpackSerializer",
+    "JsonMultilangSerializer",
+    "MsgpackMultilangSerializer",
+    "MultilangSerializer",
     "ProtocolError",
-    "Serializer",
     "TupleRecord",
-    "make_serializer",
+    "make_multilang_serializer",
 ]
 
 #: (tuple id, source component, source stream, source task, values): what a bolt child gets.
@@ -67,7 +67,7 @@ class Decoder(abc.ABC):
         """
 
 
-class Serializer(abc.ABC):
+class MultilangSerializer(abc.ABC):
     """One wire format of the multilang protocol (both directions)."""
 
     name: str = ""
@@ -131,7 +131,7 @@ class _JsonDecoder(Decoder):
         return out
 
 
-class JsonSerializer(Serializer):
+class JsonMultilangSerializer(MultilangSerializer):
     """Storm's own format: one JSON document, a newline, then a line ``end``, per message."""
 
     name = "json"
@@ -193,7 +193,7 @@ def _strip_array_header(packed: bytes, n: int) -> bytes:
     return packed[5:]
 
 
-class MsgpackSerializer(Serializer):
+class MsgpackMultilangSerializer(MultilangSerializer):
     """pystorm's msgpack format: messages back to back, no delimiter (``streamparse_run -s msgpack``)."""
 
     name = "msgpack"
@@ -217,14 +217,14 @@ class MsgpackSerializer(Serializer):
 
 
 #: Names a topology may give ``topology.multilang.serializer``: ours, and Storm's Java class names.
-SERIALIZERS: Final[dict[str, type[Serializer]]] = {
-    "json": JsonSerializer,
-    "msgpack": MsgpackSerializer,
-    "org.apache.storm.multilang.JsonSerializer": JsonSerializer,
+SERIALIZERS: Final[dict[str, type[MultilangSerializer]]] = {
+    "json": JsonMultilangSerializer,
+    "msgpack": MsgpackMultilangSerializer,
+    "org.apache.storm.multilang.JsonSerializer": JsonMultilangSerializer,
 }
 
 
-def make_serializer(name: str) -> Serializer:
+def make_multilang_serializer(name: str) -> MultilangSerializer:
     """Return the serializer named ``name`` (``json``, ``msgpack``, or a Storm Java class name).
 
     Raises
@@ -234,7 +234,7 @@ def make_serializer(name: str) -> Serializer:
     """
     cls = SERIALIZERS.get(name)
     if cls is None and isinstance(name, str) and "msgpack" in name.lower().replace("messagepack", "msgpack"):
-        cls = MsgpackSerializer  # pystorm's Java side: ...MessagePackSerializer
+        cls = MsgpackMultilangSerializer  # pystorm's Java side: ...MessagePackSerializer
     if cls is None:
         msg = (
             f"config key 'topology.multilang.serializer' is {name!r}; use 'json' (Storm's format) or 'msgpack' "

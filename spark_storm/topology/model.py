@@ -62,8 +62,12 @@ __all__ = [
 DEFAULT_STREAM: Final = "default"
 PASS_THROUGH_BOLT: Final = "spark_storm.worker.bolt:PassThroughBolt"
 #: Storm's ShellBolt / ShellSpout: a multilang child runs the component.
-SHELL_BOLT: Final = "spark_storm.worker.multilang:ShellBolt"
-SHELL_SPOUT: Final = "spark_storm.worker.multilang:ShellSpout"
+SHELL_BOLT: Final = "spark_storm.shell:ShellBolt"
+SHELL_SPOUT: Final = "spark_storm.shell:ShellSpout"
+#: Turns the class a component names into one an executor runs (pystorm bolts in-process, Flux
+#: constructor arguments); a dotted path, as the shell classes are, so the worker does not import
+#: its wing (spark_storm.shell) and pystorm loads only when a topology uses it.
+CLASS_ADAPTER: Final = "spark_storm.shell:adapt_class"
 #: Component conf: the child's command (a list); the directory it runs in.
 MULTILANG_COMMAND: Final = "topology.multilang.command"
 MULTILANG_DIR: Final = "topology.multilang.dir"

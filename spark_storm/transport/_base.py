@@ -14,6 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Self, TypeVar
 
+from spark_storm.backoff import backoff_from_conf
 from spark_storm.config import (
     STORM_LEDGER_MAX,
     STORM_LEDGER_MAX_BYTES,
@@ -44,7 +45,6 @@ from spark_storm.messaging.api import (
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import ACCEPTED, FAILED, BatchAck, BatchHeader, ControlReply, ControlRequest
-from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._ledger import DeliveryLedger, Reply
 
 __all__ = ["ClientBase", "ServerBase", "TrackingContext", "as_batch"]

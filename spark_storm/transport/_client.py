@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from spark_storm.backoff import backoff_from_conf
 from spark_storm.config import (
     STORM_GROUP_MAX_BYTES,
     STORM_GROUP_MAX_FRAMES,
@@ -28,7 +29,6 @@ from spark_storm.errors import ConnectionBrokenError, ConnectionClosedError, Tra
 from spark_storm.messaging.api import IClient
 from spark_storm.messaging.message import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import BatchCommit, BatchHeader, ControlRequest, LoadMetrics, encode_control
-from spark_storm.transport._backoff import backoff_from_conf
 from spark_storm.transport._base import ClientBase, as_batch
 from spark_storm.transport._session import ClientSession
 from spark_storm.transport._wake import Waker

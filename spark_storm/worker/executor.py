@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
 from spark_storm.codec.tuples import BROADCAST_TASK, TICK_SOURCE, Tuple
 from spark_storm.errors import ConfigError, WireFormatError
+from spark_storm.plugins import load_object
 from spark_storm.reports import ExecutorMetrics, WindowMetrics
 from spark_storm.topology.assignment import ExecutorSpec
-from spark_storm.topology.model import Component, resolve_class
+from spark_storm.topology.model import CLASS_ADAPTER, Component, resolve_class
 from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
 from spark_storm.worker.bolt import BatchBolt, Bolt, TopologyContext
@@ -433,8 +434,9 @@ def make_executor(
     ConfigError
         The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
     """
-    from spark_storm.worker.adapters import adapt_class
     from spark_storm.worker.spout import Spout, SpoutExecutor
+
+    adapt_class = load_object(CLASS_ADAPTER, "the class adapter")  # the shell wing, by its dotted path
 
     component = host.plan.topology.components[spec.component]
     conf = {**worker_conf, **host.plan.topology.conf, **component.conf}

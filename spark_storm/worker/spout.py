@@ -2,7 +2,7 @@
 
 Most topologies here are fed by Spark (a *source* component).  A *spout* component is fed
 by its spout instead: a Python :class:`Spout`, or a multilang child (Storm's ShellSpout,
-:class:`~spark_storm.worker.multilang.ShellSpout`).  The :class:`SpoutExecutor` calls
+:class:`~spark_storm.shell.ShellSpout`).  The :class:`SpoutExecutor` calls
 ``next_tuple`` in a loop on the executor's thread (at most ``topology.max.spout.pending``
 tuple trees in flight per task), and when a spout emits with a message id, the tuple
 roots a tree in the worker's XOR acker (:class:`~spark_storm.worker.acker.Acker`, the same

@@ -7,12 +7,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from spark_storm.backoff import Backoff
 from spark_storm.errors import AuthenticationError, ConnectionClosedError, SendTimeoutError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, MessageBatch, TaskMessage
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.transport import make_context
-from spark_storm.transport._backoff import Backoff
 from spark_storm.transport._base import ClientBase, ServerBase
 from spark_storm.transport._session import ClientProtocol, ClientSession, PeerLimits, ServerPeer, SessionTable
 

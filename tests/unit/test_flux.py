@@ -371,8 +371,8 @@ class Greeter:
 
 
 def test_flux_construct_args_build_the_python_class(tmp_path: Path) -> None:
+    from spark_storm.shell import adapt_class, is_pystorm_class
     from spark_storm.topology.model import Component
-    from spark_storm.worker.adapters import adapt_class, is_pystorm_class
 
     path = _flux(
         tmp_path,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spark_storm.errors import ConfigError
-from spark_storm.multilang.process import Backoff, Outbox
+from spark_storm.multilang.process import Outbox
 from spark_storm.multilang.protocol import (
     BOLT_COMMANDS,
     SPOUT_COMMANDS,
@@ -24,7 +24,12 @@ from spark_storm.multilang.protocol import (
     pid_of,
     spout_command,
 )
-from spark_storm.multilang.serializers import JsonSerializer, MsgpackSerializer, ProtocolError, make_serializer
+from spark_storm.multilang.serializers import (
+    JsonMultilangSerializer,
+    MsgpackMultilangSerializer,
+    ProtocolError,
+    make_multilang_serializer,
+)
 
 values = st.lists(
     st.one_of(st.text(), st.integers(-(2**62), 2**62), st.booleans(), st.none(), st.floats(allow_nan=False)),
@@ -40,7 +45,9 @@ def _chunks(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
 
 
-@pytest.mark.parametrize("serializer", [JsonSerializer(), MsgpackSerializer()], ids=["json", "msgpack"])
+@pytest.mark.parametrize(
+    "serializer", [JsonMultilangSerializer(), MsgpackMultilangSerializer()], ids=["json", "msgpack"]
+)
 @given(msgs=messages, size=st.integers(1, 64))
 def test_messages_round_trip_in_chunks_of_any_size(serializer, msgs, size) -> None:
     data = serializer.encode(msgs)
@@ -52,17 +59,19 @@ def test_messages_round_trip_in_chunks_of_any_size(serializer, msgs, size) -> No
 
 
 def test_json_is_storms_format_exactly() -> None:
-    data = JsonSerializer().encode([{"command": "sync"}, [1, 2]])
+    data = JsonMultilangSerializer().encode([{"command": "sync"}, [1, 2]])
     assert data == b'{"command":"sync"}\nend\n[1,2]\nend\n'
     # what storm.py / pystorm write: pretty or not, blank lines between messages
-    decoder = JsonSerializer().decoder(1 << 20)
+    decoder = JsonMultilangSerializer().decoder(1 << 20)
     assert decoder.feed(b'{"command": "emit",\n "tuple": ["a"]}\nend\n\n{"command":"sync"}\nend\n') == [
         {"command": "emit", "tuple": ["a"]},
         {"command": "sync"},
     ]
 
 
-@pytest.mark.parametrize("serializer", [JsonSerializer(), MsgpackSerializer()], ids=["json", "msgpack"])
+@pytest.mark.parametrize(
+    "serializer", [JsonMultilangSerializer(), MsgpackMultilangSerializer()], ids=["json", "msgpack"]
+)
 def test_tuples_fast_path_matches_the_plain_encoder(serializer) -> None:
     records = [("7", "split", "default", 3, ["a", 1]), ("8", "__system", "__tick", -1, [1.5])]
     fast = serializer.decoder(1 << 20).feed(serializer.encode_tuples(records))
@@ -75,30 +84,30 @@ def test_tuples_fast_path_matches_the_plain_encoder(serializer) -> None:
 
 
 def test_json_garbage_is_named() -> None:
-    decoder = JsonSerializer().decoder(1 << 20)
+    decoder = JsonMultilangSerializer().decoder(1 << 20)
     with pytest.raises(ProtocolError, match="not a JSON message followed by an 'end' line: 'hello"):
         decoder.feed(b'{"command":"sync"}\nend\nhello world\nend\n')
 
 
 def test_a_message_that_never_ends_is_garbage_past_the_limit() -> None:
-    decoder = JsonSerializer().decoder(100)
+    decoder = JsonMultilangSerializer().decoder(100)
     decoder.feed(b"x" * 60)
     with pytest.raises(ProtocolError, match=r"grew past 100 bytes.*topology.multilang.max.message.bytes"):
         decoder.feed(b"y" * 60)
 
 
 def test_msgpack_garbage_is_named() -> None:
-    decoder = MsgpackSerializer().decoder(1 << 20)
+    decoder = MsgpackMultilangSerializer().decoder(1 << 20)
     with pytest.raises(ProtocolError, match="not msgpack"):
         decoder.feed(b"\xc1\xc1\xc1")  # 0xc1 is never used in msgpack
 
 
 def test_serializer_names() -> None:
-    assert make_serializer("json").name == "json"
-    assert make_serializer("org.apache.storm.multilang.JsonSerializer").name == "json"
-    assert make_serializer("com.example.MessagePackSerializer").name == "msgpack"
+    assert make_multilang_serializer("json").name == "json"
+    assert make_multilang_serializer("org.apache.storm.multilang.JsonSerializer").name == "json"
+    assert make_multilang_serializer("com.example.MessagePackSerializer").name == "msgpack"
     with pytest.raises(ConfigError, match=r"topology.multilang.serializer.*'xml'.*json.*msgpack"):
-        make_serializer("xml")
+        make_multilang_serializer("xml")
 
 
 def test_messages_are_checked() -> None:
@@ -157,13 +166,49 @@ def test_handshake_context_is_storms() -> None:
             "source->stream->fields": {"spout": {"default": ["sentence"]}},
         },
     }
-    assert msgpack.unpackb(MsgpackSerializer().encode([message]), raw=False) == json.loads(json.dumps(message))
+    assert msgpack.unpackb(MsgpackMultilangSerializer().encode([message]), raw=False) == json.loads(json.dumps(message))
 
 
-def test_backoff_doubles_and_resets_after_a_long_life() -> None:
-    b = Backoff(0.1, 1.0)
-    assert [b.next_delay(0.0) for _ in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
-    assert b.next_delay(5.0) == 0.1
+class _DeadChild:
+    """What ShellChild.died reads of a process that lived ``lived_s``."""
+
+    def __init__(self, lived_s: float) -> None:
+        import time
+
+        self.started = time.monotonic() - lived_s
+
+    def describe(self) -> str:
+        return "test-child"
+
+    def stderr_hint(self) -> str:
+        return ""
+
+
+def test_a_childs_restarts_wait_twice_as_long_each_time_up_to_the_max_and_reset_after_a_long_life() -> None:
+    import sys
+
+    from spark_storm.shell.child import ShellChild
+    from spark_storm.topology import Slot, plan, topology_from_dict
+    from spark_storm.worker.bolt import TopologyContext
+
+    the_plan = plan(
+        topology_from_dict({"name": "t", "components": [{"id": "in", "source": True, "fields": ["w"]}]}), [Slot("h", 1)]
+    )
+    context = TopologyContext("t", "in", 1, (1,), {}, "h:1", the_plan)
+    conf = {
+        "topology.multilang.command": [sys.executable, "-c", "pass"],
+        "topology.multilang.restart.backoff.min.ms": 100,
+        "topology.multilang.restart.backoff.max.ms": 1000,
+    }
+    errors: list[str] = []
+    child = ShellChild("bolt", conf, context, errors.append)
+    delays = [child.died(_DeadChild(0.0), "exited") for _ in range(6)]  # type: ignore[arg-type]
+    for got, base in zip(delays, [0.1, 0.2, 0.4, 0.8, 1.0, 1.0], strict=True):
+        assert base <= got <= min(1.0, base * 1.2)  # doubling, with up to a fifth of jitter, never past the max
+    long_lived = _DeadChild(5.0)  # it lived past the max: back to the min
+    assert child.died(long_lived, "exited") <= 0.12  # type: ignore[arg-type]
+    assert len(errors) == 7
+    assert errors[0].startswith("multilang bolt in:1: child test-child exited; restarting it in 0.1s")
 
 
 def test_outbox_hands_control_first_and_bounds_tuples() -> None:

@@ -3,7 +3,7 @@
 :func:`adapt_class` is called on every component's resolved class:
 
 * a pystorm/streamparse ``Bolt`` subclass runs in-process behind
-  :class:`~spark_storm.worker.pystorm_adapter.InProcessPystormBolt` (no child process);
+  :class:`~spark_storm.shell.pystorm.InProcessPystormBolt` (no child process);
 * a Python class given Flux ``constructorArgs`` / ``properties`` / ``configMethods``
   (component conf ``topology.flux.construct``) is built with them;
 * anything else is returned as it is.
@@ -42,7 +42,7 @@ def adapt_class(component: Component, cls: Any) -> Any:
     """
     construct = component.conf.get(_CONSTRUCT)
     if is_pystorm_class(cls, "Bolt"):
-        from spark_storm.worker.pystorm_adapter import InProcessPystormBolt
+        from spark_storm.shell.pystorm import InProcessPystormBolt
 
         return type(f"InProcess{cls.__name__}", (InProcessPystormBolt,), {"target": cls, "construct": construct})
     if is_pystorm_class(cls, "Spout"):

@@ -1,4 +1,9 @@
-"""Bounded exponential backoff with jitter: a pure object, callers do the waiting."""
+"""Bounded exponential backoff with jitter: a pure object, callers do the waiting.
+
+One class for every retry in the package: a transport client's reconnects
+(``storm.messaging.tcp.min_wait_ms`` / ``max_wait_ms``, :func:`backoff_from_conf`) and a
+multilang child's restarts (``topology.multilang.restart.backoff.*``, spark_storm.shell).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ __all__ = ["Backoff", "backoff_from_conf"]
 
 @dataclass
 class Backoff:
-    """Reconnect delays that grow exponentially from ``min_ms`` and never exceed ``max_ms``.
+    """Delays that grow exponentially from ``min_ms`` and never exceed ``max_ms``.
 
     Like Storm's ``StormBoundedExponentialBackoffRetry``: ``delay_ms(attempt)`` is pure
     apart from the jitter source, so tests check its bounds without sleeping.
@@ -29,7 +34,7 @@ class Backoff:
             raise ValueError(msg)
 
     def delay_ms(self, attempt: int) -> int:
-        """Delay before reconnect attempt ``attempt`` (0-based), in ms, within [min_ms, max_ms]."""
+        """Delay before attempt ``attempt`` (0-based), in ms, within [min_ms, max_ms]."""
         base = self.min_ms * (1 << min(max(attempt, 0), 20)) if self.min_ms else (1 << min(attempt, 20))
         jitter = self.rng.randrange(1 + base // 5)
         return max(self.min_ms, min(self.max_ms, base + jitter))

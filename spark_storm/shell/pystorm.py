@@ -36,10 +36,10 @@ from typing import Any, ClassVar
 
 from spark_storm.codec.tuples import Tuple
 from spark_storm.errors import ConfigError
-from spark_storm.multilang.protocol import log_level, parse_emit
+from spark_storm.multilang.protocol import parse_emit
 from spark_storm.multilang.serializers import ProtocolError
+from spark_storm.shell.settings import handshake_conf, handshake_context, log_from_child
 from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.multilang import handshake_conf, handshake_context
 
 __all__ = ["InProcessPystormBolt"]
 
@@ -120,9 +120,7 @@ class InProcessPystormBolt(Bolt):
         elif command == "fail":
             collector.fail(self._take(message.get("id"), "fail"))
         elif command == "log":
-            logging.getLogger("spark_storm.multilang.child").log(
-                log_level(message), "%s: %s", self.name, message.get("msg", "")
-            )
+            log_from_child(self.name, message)
         elif command == "error":
             error = f"pystorm bolt {self.name}: {message.get('msg', '')}"
             logger.error("%s", error)
