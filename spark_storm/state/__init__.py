@@ -17,7 +17,8 @@ from typing import Any, Final
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError
 from spark_storm.plugins import did_you_mean, load_object
-from spark_storm.state.backend import NO_EPOCH, InputLog, LogRecord, StateBackend, TaskStore
+from spark_storm.state.backend import NO_EPOCH, InputLog, StateBackend, TaskStore
+from spark_storm.state.format import LogRecord
 from spark_storm.state.kv import DELETED, KeyValueState
 from spark_storm.state.writer import StateWriter
 

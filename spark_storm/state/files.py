@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from spark_storm.errors import StateCorruptError, StateError
+from spark_storm.messaging.api import GroupKey
 from spark_storm.state.backend import (
     NO_EPOCH,
-    Entry,
-    GroupKey,
     InputLog,
-    LogRecord,
     StateBackend,
     TaskStore,
+)
+from spark_storm.state.format import (
+    Entry,
+    LogRecord,
     decode_entry,
     decode_record,
     encode_record_parts,

@@ -24,14 +24,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_storm.errors import ConfigError, StateCorruptError, StateUnavailableError
+from spark_storm.messaging.api import GroupKey
 from spark_storm.state.backend import (
     NO_EPOCH,
-    Entry,
-    GroupKey,
     InputLog,
-    LogRecord,
     StateBackend,
     TaskStore,
+)
+from spark_storm.state.format import (
+    Entry,
+    LogRecord,
     decode_entry,
     decode_record,
     encode_record,

@@ -27,7 +27,7 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.config import Config
 from spark_storm.errors import CheckpointError, ConfigError, RequestTimeoutError, StateError, StormError
-from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
+from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK, GroupKey
 from spark_storm.messaging.wire import BatchHeader
 from spark_storm.reports import CheckpointMetrics, StateMetrics
 from spark_storm.state import (
@@ -41,7 +41,6 @@ from spark_storm.state import (
     provider_settings,
     snapshot_min_keys,
 )
-from spark_storm.state.backend import GroupKey
 from spark_storm.state.protocol import (
     COMMIT,
     OP_NAMES,

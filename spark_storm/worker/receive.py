@@ -38,10 +38,9 @@ from spark_storm.codec.payloads import salvage_anchors
 from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
 from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
-from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK
+from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, GroupKey
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.reports import WriterCounts, WriterMetrics
-from spark_storm.state.backend import GroupKey
 from spark_storm.state.protocol import STATUS, encode_body
 from spark_storm.worker.acker import ACKER_TASK, GroupTracker, anchors_of, fail_ops
 from spark_storm.worker.queue import BatchQueue, QueueItem

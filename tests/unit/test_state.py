@@ -190,7 +190,7 @@ def _reference_entry(epoch: int, full: bool, changes: dict[Any, Any]) -> bytes:
     import zlib
 
     from spark_storm.codec.serializer import pack_value
-    from spark_storm.state.backend import ENTRY_MAGIC
+    from spark_storm.state.format import ENTRY_MAGIC
     from spark_storm.state.kv import thaw
 
     puts = [(thaw(k), v) for k, v in changes.items() if v is not DELETED]
@@ -210,7 +210,7 @@ def test_entries_and_records_written_as_parts_are_byte_for_byte_one_msgpack_body
     import zlib
 
     from spark_storm.codec.serializer import pack_value
-    from spark_storm.state.backend import encode_entry, encode_record
+    from spark_storm.state.format import encode_entry, encode_record
     from spark_storm.state.kv import freeze
 
     blobs = [os.urandom(blob) for _ in range(min(count, 20))]
