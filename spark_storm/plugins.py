@@ -1,20 +1,23 @@
 """Naming things the user typed: "did you mean" hints and objects named by a dotted path.
 
 Every layer names user-supplied things (config keys, groupings, components, transports,
-bolt classes, serializers), so these two helpers live at the bottom, beside
-:mod:`spark_storm.config` and :mod:`spark_storm.errors`.
+bolt classes, serializers), so these helpers live at the bottom, beside
+:mod:`spark_storm.config` and :mod:`spark_storm.errors`.  :func:`import_target` is the one
+place a dotted path is imported; :func:`load_object` words its errors for configuration,
+the transport registry for transports.
 """
 
 from __future__ import annotations
 
 import difflib
+import enum
 import importlib
 from collections.abc import Iterable
 from typing import Any
 
 from spark_storm.errors import ConfigError
 
-__all__ = ["closest", "did_you_mean", "load_object", "split_dotted_path"]
+__all__ = ["Problem", "TargetError", "closest", "did_you_mean", "import_target", "load_object", "split_dotted_path"]
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -40,10 +43,87 @@ def did_you_mean(name: str, choices: Iterable[str], *, show: str = "{!r}", lead:
     return f"{lead}{word} you mean {show.format(match)}?"
 
 
+class Problem(enum.StrEnum):
+    """What kept a dotted path from importing."""
+
+    PATH = "not a dotted path"
+    MODULE = "no such module"
+    SYNTAX = "a syntax error"
+    FAILED = "the module raised while importing"
+    ATTRIBUTE = "no such attribute"
+
+
+class TargetError(Exception):
+    """Why a dotted path did not import (raised by :func:`import_target`; callers word it).
+
+    Attributes
+    ----------
+    kind : Problem
+        What went wrong; with :attr:`Problem.MODULE`, ``missing`` names the module Python
+        could not find (the target's own, or one it imports).
+    module, attr : str
+        The parts of the path.
+    """
+
+    def __init__(
+        self, kind: Problem, module: str, attr: str, cause: BaseException | None = None, missing: str | None = None
+    ) -> None:
+        super().__init__(kind, module, attr)
+        self.kind = kind
+        self.module = module
+        self.attr = attr
+        self.cause = cause
+        self.missing = missing
+
+    def attribute_hint(self, lead: str) -> str:
+        """Return the "did you mean" of an attribute the module does not have ('' when none is close)."""
+        module = importlib.import_module(self.module)
+        public = [a for a in dir(module) if not a.startswith("_")]
+        return did_you_mean(self.attr, public, show=self.module + ":{}", lead=lead)
+
+
 def split_dotted_path(path: str) -> tuple[str, str]:
     """Split ``pkg.mod:Name`` or ``pkg.mod.Name`` into (module, attribute); empty parts if it is neither."""
     module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
     return module_name, attr
+
+
+def import_target(path: str, *, module_alone: bool = False) -> Any:
+    """Import what ``pkg.mod:Name`` or ``pkg.mod.Name`` names; the one place a dotted path is imported.
+
+    ``module_alone``: ``pkg.mod`` may name a module itself (a plugin module); then
+    ``pkg.mod.Name`` is tried as a module first.
+
+    Raises
+    ------
+    TargetError
+        What went wrong, for the caller to word (its ``cause`` chained).
+    """
+    if ":" in path or not module_alone:
+        module_name, attr = split_dotted_path(path)
+        if not module_name or not attr:
+            raise TargetError(Problem.PATH, module_name, attr)
+    else:
+        module_name, attr = path, ""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if not attr and exc.name is not None and module_name.startswith(exc.name) and "." in module_name:
+            # "pkg.mod.Name": not a module; the last part may be an attribute of pkg.mod
+            return import_target(":".join(module_name.rsplit(".", 1)), module_alone=module_alone)
+        raise TargetError(Problem.MODULE, module_name, attr, exc, exc.name) from exc
+    except ImportError as exc:
+        raise TargetError(Problem.MODULE, module_name, attr, exc, exc.name) from exc
+    except SyntaxError as exc:
+        raise TargetError(Problem.SYNTAX, module_name, attr, exc) from exc
+    except Exception as exc:  # the module ran and raised while importing
+        raise TargetError(Problem.FAILED, module_name, attr, exc) from exc
+    if not attr:
+        return module
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise TargetError(Problem.ATTRIBUTE, module_name, attr) from None
 
 
 def load_object(path: str, what: str) -> Any:
@@ -55,25 +135,19 @@ def load_object(path: str, what: str) -> Any:
         Not a dotted path, the module is missing or fails to import (a syntax error names
         file:line), or it has no such attribute (with the closest name it has).
     """
-    module_name, attr = split_dotted_path(path)
-    if not module_name or not attr:
-        msg = f"{what} {path!r} is not a dotted path like 'package.module:ClassName'"
-        raise ConfigError(msg)
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        msg = f"{what} {path!r}: cannot import {module_name!r}: {exc}"
-        raise ConfigError(msg) from exc
-    except SyntaxError as exc:
-        msg = f"{what} {path!r}: {module_name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
-        raise ConfigError(msg) from exc
-    except Exception as exc:  # the module ran and raised while importing: say so, with the cause
-        msg = f"{what} {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
-        raise ConfigError(msg) from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        public = [a for a in dir(module) if not a.startswith("_")]
-        hint = did_you_mean(attr, public, show=module_name + ":{}", lead="; ")
-        msg = f"{what} {path!r}: module {module_name!r} has no {attr!r}{hint}"
-        raise ConfigError(msg) from None
+        return import_target(path)
+    except TargetError as err:
+        cause, module = err.cause, err.module
+        if err.kind == Problem.PATH:
+            msg = f"{what} {path!r} is not a dotted path like 'package.module:ClassName'"
+        elif err.kind == Problem.MODULE:
+            msg = f"{what} {path!r}: cannot import {module!r}: {cause}"
+        elif err.kind == Problem.SYNTAX:
+            assert isinstance(cause, SyntaxError)
+            msg = f"{what} {path!r}: {module!r} has a syntax error at {cause.filename}:{cause.lineno}: {cause.msg}"
+        elif err.kind == Problem.FAILED:
+            msg = f"{what} {path!r}: importing {module!r} raised {type(cause).__name__}: {cause}"
+        else:
+            msg = f"{what} {path!r}: module {module!r} has no {err.attr!r}{err.attribute_hint('; ')}"
+        raise ConfigError(msg) from cause

@@ -32,7 +32,6 @@ these ways to map it.  Every error names the file and the line or key.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -42,7 +41,7 @@ from typing import Any, Final
 import yaml
 
 from spark_storm.errors import ConfigError
-from spark_storm.plugins import did_you_mean
+from spark_storm.plugins import did_you_mean, load_object
 from spark_storm.topology.model import (
     DEFAULT_STREAM,
     MULTILANG_COMMAND,
@@ -400,13 +399,12 @@ def _python_outputs(path: str, raw: Mapping[str, Any], where: str) -> dict[str, 
     """Output fields of a Python class: the def's ``outputs`` key, else the class's ``outputs`` attribute."""
     declared = raw.get("outputs")
     if declared is None:
-        module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
         try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except Exception as exc:  # importing user code can raise anything; the message says what
+            cls = load_object(path, f"{where}: class")
+        except ConfigError as exc:
             msg = (
-                f"{where}: cannot import {path!r} to read its output fields ({type(exc).__name__}: {exc}); make it "
-                "importable here, or declare them in the Flux def: outputs: [field, ...]"
+                f"{exc}; its output fields are read from it: make it importable here, or declare them in the "
+                "Flux def: outputs: [field, ...]"
             )
             raise ConfigError(msg) from exc
         declared = getattr(cls, "outputs", None)

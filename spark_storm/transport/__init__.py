@@ -14,7 +14,6 @@ Alias targets are strings, so ``pyzmq`` is imported only when someone picks ``zm
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -22,7 +21,7 @@ from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config
 from spark_storm.errors import TransportInitError, UnknownTransportError
 from spark_storm.extras import extra_for
 from spark_storm.messaging.api import IContext
-from spark_storm.plugins import did_you_mean
+from spark_storm.plugins import Problem, TargetError, did_you_mean, import_target
 
 __all__ = ["TRANSPORT_ALIASES", "make_context", "resolve_transport"]
 
@@ -35,38 +34,24 @@ TRANSPORT_ALIASES: Final[Mapping[str, str]] = {
 
 
 def _import_target(name: str, target: str) -> object:
-    if ":" in target:
-        module_name, _, attr = target.partition(":")
-    else:
-        module_name, attr = target, ""
+    """Import a transport plugin (a module, or an attribute of one), wording what went wrong."""
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if ":" in target or exc.name is None or not module_name.startswith(exc.name):
-            if exc.name is not None and module_name.startswith(exc.name):
-                msg = f"transport {name!r}: no module named {exc.name!r}; check the dotted path"
-                raise UnknownTransportError(msg) from exc
-            extra = extra_for(exc.name)
+        return import_target(target, module_alone=True)
+    except TargetError as err:
+        module, missing, cause = err.module, err.missing, err.cause
+        if err.kind == Problem.MODULE and missing is not None and not module.startswith(missing):
+            extra = extra_for(missing)
             hint = f": pip install 'spark-storm[{extra}]'" if extra else ""
-            msg = f"transport {name!r}: module {module_name!r} needs {exc.name!r}, which is not installed{hint}"
-            raise TransportInitError(msg) from exc
-        # "pkg.mod.Class": the last part may be an attribute, not a module.
-        module_name, _, attr = target.rpartition(".")
-        if not module_name:
-            msg = f"transport {name!r}: no module named {target!r}"
-            raise UnknownTransportError(msg) from exc
-        return _import_target(name, f"{module_name}:{attr}")
-    except Exception as exc:
-        msg = f"transport {name!r}: importing {module_name!r} failed: {exc}"
-        raise TransportInitError(msg) from exc
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        hint = did_you_mean(attr, [a for a in dir(module) if not a.startswith("_")], show=module_name + ":{}")
-        msg = f"transport {name!r}: module {module_name!r} has no attribute {attr!r}.{hint}"
-        raise UnknownTransportError(msg) from None
+            msg = f"transport {name!r}: module {module!r} needs {missing!r}, which is not installed{hint}"
+            raise TransportInitError(msg) from cause
+        if err.kind in (Problem.MODULE, Problem.PATH):
+            msg = f"transport {name!r}: no module named {missing or module or target!r}; check the dotted path"
+            raise UnknownTransportError(msg) from cause
+        if err.kind == Problem.ATTRIBUTE:
+            msg = f"transport {name!r}: module {module!r} has no attribute {err.attr!r}.{err.attribute_hint(' ')}"
+            raise UnknownTransportError(msg) from None
+        msg = f"transport {name!r}: importing {module!r} failed: {cause}"
+        raise TransportInitError(msg) from cause
 
 
 @functools.cache
