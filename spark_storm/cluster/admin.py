@@ -16,14 +16,9 @@ import yaml
 from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, TopologyRecord, check_topology_name
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import ConfigError, NoNimbusError
-from spark_storm.topology.model import (
-    Topology,
-    is_flux,
-    load_topology,
-    resolve_class,
-    topology_from_dict,
-    topology_to_dict,
-)
+from spark_storm.topology.flux import is_flux
+from spark_storm.topology.loader import load_topology, topology_from_dict
+from spark_storm.topology.model import Topology, resolve_class, topology_to_dict
 
 __all__ = [
     "TopologySummary",

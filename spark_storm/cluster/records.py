@@ -31,7 +31,8 @@ import yaml
 from spark_storm.errors import ClusterError, ConfigError
 from spark_storm.reports import WorkerHeartbeat
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot, parse_slots, plan
-from spark_storm.topology.model import Topology, topology_from_dict
+from spark_storm.topology.loader import topology_from_dict
+from spark_storm.topology.model import Topology
 
 __all__ = [
     "ACTIVE",

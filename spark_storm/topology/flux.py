@@ -51,7 +51,6 @@ from spark_storm.topology.model import (
     Component,
     Input,
     Topology,
-    is_flux,
 )
 
 __all__ = [
@@ -330,6 +329,12 @@ def _apply_includes(data: dict[str, Any], base: Path, properties: Mapping[str, s
                 data[key] = _merge_list(list(data.get(key) or []), list(included[key]), override)
         if included.get("streams"):
             data["streams"] = [*(data.get("streams") or []), *included["streams"]]
+
+
+def is_flux(data: Any) -> bool:
+    """Whether a YAML mapping is a Storm Flux file (it has ``spouts``, ``bolts``, ``streams``, ``includes``...)."""
+    keys = ("spouts", "bolts", "streams", "includes", "topologySource")
+    return isinstance(data, Mapping) and any(k in data for k in keys)
 
 
 def load_flux(path: str | Path, properties: str | Path | None = None) -> Topology:

@@ -6,7 +6,7 @@ Every other component names a bolt class and its inputs, each with a grouping.
 
 A *spout* is an entry component fed by its own spout class (a Python ``Spout``, or a
 multilang child: Storm's ShellSpout) instead of by Spark.  Storm's Flux files are read
-too (:mod:`spark_storm.topology.flux`): :func:`load_topology` tells them by their keys.
+too (:mod:`spark_storm.topology.flux`): :mod:`spark_storm.topology.loader` tells them by their keys.
 
 YAML form (conf/topologies/wordcount.yaml)::
 
@@ -34,15 +34,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
-from spark_storm.config import read_yaml
 from spark_storm.errors import ConfigError
 from spark_storm.plugins import did_you_mean, load_object
 from spark_storm.topology.windows import LATE_STREAM_KEY, check_window_inputs, window_conf, window_spec
 
 __all__ = [
+    "CLASS_ADAPTER",
     "DEFAULT_STREAM",
     "GROUPINGS",
     "MULTILANG_COMMAND",
@@ -54,8 +53,7 @@ __all__ = [
     "Input",
     "Topology",
     "TopologyBuilder",
-    "is_flux",
-    "load_topology",
+    "topology_from_mapping",
     "topology_to_dict",
 ]
 
@@ -371,18 +369,8 @@ def _int(value: Any, where: str) -> int:
     return value
 
 
-def is_flux(data: Any) -> bool:
-    """Whether a YAML mapping is a Storm Flux file (it has ``spouts``, ``bolts``, ``streams``, ``includes``...)."""
-    keys = ("spouts", "bolts", "streams", "includes", "topologySource")
-    return isinstance(data, Mapping) and any(k in data for k in keys)
-
-
-def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Topology:
-    """Build a topology from its YAML/JSON mapping form (ours, or a self-contained Flux file)."""
-    if is_flux(data):
-        from spark_storm.topology.flux import topology_from_flux
-
-        return topology_from_flux(data, origin)
+def topology_from_mapping(data: Mapping[str, Any], origin: str = "topology") -> Topology:
+    """Build a topology from our YAML/JSON mapping form (Flux too: :func:`~.loader.topology_from_dict`)."""
     if not isinstance(data, Mapping):
         msg = f"{origin}: a topology must be a mapping with 'name' and 'components'"
         raise ConfigError(msg)
@@ -483,39 +471,6 @@ def _component_class(raw: Mapping[str, Any], where: str) -> tuple[str, bool, dic
         msg = f"{where}.spout must name a Spout class (pkg.mod:Class), or be true with 'shell', got {spout!r}"
         raise ConfigError(msg)
     return str(raw.get("bolt", PASS_THROUGH_BOLT)), False, conf
-
-
-def load_topology(path: str | Path, properties: str | Path | None = None) -> Topology:
-    """Read a topology file: ours, or a Storm Flux file (told apart by its keys).
-
-    Parameters
-    ----------
-    path : str or Path
-    properties : str or Path, optional
-        Flux's ``--filter``: a properties file whose values replace ``${name}`` in a Flux file.
-
-    A component's multilang child runs in ``topology.multilang.dir``, resolved against
-    the file's directory; unset, it is the file's directory.
-
-    Raises
-    ------
-    ConfigError
-        Unreadable file, bad YAML, or an invalid topology (the message names the part).
-    """
-    from spark_storm.topology.flux import is_flux_file, load_flux
-
-    if properties is not None or is_flux_file(path):
-        topo = load_flux(path, properties)
-    else:
-        topo = topology_from_dict(read_yaml(path, "topology file"), origin=str(path))
-    base = Path(path).resolve().parent
-    wanted = topo.conf.get(MULTILANG_DIR)
-    if any(c.bolt in (SHELL_BOLT, SHELL_SPOUT) for c in topo.components.values()) and (
-        wanted is None or not Path(str(wanted)).is_absolute()
-    ):
-        resolved = str((base / str(wanted)) if wanted else base)
-        topo = Topology(topo.name, topo.components, topo.workers, {**topo.conf, MULTILANG_DIR: resolved}, topo.notes)
-    return topo
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:

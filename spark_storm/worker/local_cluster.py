@@ -38,7 +38,7 @@ from spark_storm.reports import (
     read_heartbeat_file,
 )
 from spark_storm.topology.assignment import Slot, plan
-from spark_storm.topology.model import load_topology
+from spark_storm.topology.loader import load_topology
 
 __all__ = ["LocalCluster"]
 

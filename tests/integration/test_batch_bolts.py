@@ -14,7 +14,7 @@ import pytest
 from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
 from spark_storm.topology import Slot
-from spark_storm.topology.model import load_topology
+from spark_storm.topology.loader import load_topology
 from tests.integration.runs import Run, arrow_payload
 from tests.support import wait_until
 

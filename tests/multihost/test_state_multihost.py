@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from spark_storm.topology import plan
-from spark_storm.topology.model import load_topology
+from spark_storm.topology.loader import load_topology
 from tests.support import wait_until
 from tests.support.cluster import alive
 from tests.support.ledger import ledger_topology

@@ -11,7 +11,7 @@ import pytest
 from spark_storm.errors import ConfigError
 from spark_storm.topology import Input, Slot, TopologyBuilder, fields_hash, load_topology, parse_slots, plan
 from spark_storm.topology.grouping import make_grouper
-from spark_storm.topology.model import topology_from_dict
+from spark_storm.topology.loader import topology_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 WORDCOUNT = ROOT / "conf" / "topologies" / "wordcount.yaml"

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_storm.errors import ConfigError
-from spark_storm.topology.model import topology_from_dict
+from spark_storm.topology.loader import topology_from_dict
 from spark_storm.topology.windows import window_conf, window_spec
 from tests.support import wait_until
 from tests.support.windows import Harness, closed, spark_sessions, spark_windows
