@@ -116,7 +116,15 @@ class ConnectionBrokenError(TransportError):
 
 
 class AuthenticationError(ConnectionBrokenError):
-    """The peer failed the connection handshake."""
+    """The peer failed the connection handshake.
+
+    ``reason`` is what the refusing side tells the peer (its FAILURE frame): the message
+    without this side's name for the peer; the message itself unless given.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 class SendTimeoutError(TransportError):

@@ -13,6 +13,12 @@ and ``mac_s`` the same with "server": both sides prove the secret without sendin
 fresh nonces on both sides stop replays.  ``resume_after`` is the last sequence number the
 server delivered for this session (-1 if none), so a reconnecting client resends only
 what the server did not get.
+
+A refused client reports one message, :func:`refused`, whichever side noticed first: the
+server checking the client's proof (tcp, zmq without CURVE), libzmq's CURVE handshake, a
+kafka server checking a record's MAC, or a kafka client that cannot verify the server's
+records.  Its reason is one of the constants below, so a wrong secret reads the same on
+every transport.
 """
 
 from __future__ import annotations
@@ -32,7 +38,26 @@ from spark_storm.messaging.wire import (
     Ok,
 )
 
-__all__ = ["ClientHandshake", "ServerHandshake", "new_session_id", "record_mac", "verify_record_mac"]
+__all__ = [
+    "NO_SECRET",
+    "WRONG_SECRET",
+    "ClientHandshake",
+    "ServerHandshake",
+    "new_session_id",
+    "record_mac",
+    "refused",
+    "verify_record_mac",
+]
+
+WRONG_SECRET = "wrong shared secret (storm.messaging.auth.secret differs between the client and the server)"
+"""Why a client with another secret than the server's is refused, on every transport."""
+NO_SECRET = "no shared secret: the server requires storm.messaging.auth.secret and the client has none"
+"""Why a client without a secret is refused by a server that requires one, on every transport."""
+
+
+def refused(server: str, reason: str) -> str:
+    """Return a client's ``last_error`` for a handshake the server refused (or will refuse) for ``reason``."""
+    return f"authentication failed: server {server} refused the handshake: {reason}"
 
 
 def new_session_id() -> bytes:
@@ -188,11 +213,11 @@ class ServerHandshake:
         if self._secret is None:
             return Ok(b"", resume_after)
         if not auth.mac:
-            msg = f"client {self._peer} sent no credentials but this server requires the shared secret"
-            raise AuthenticationError(msg)
+            msg = f"client {self._peer} failed authentication: {NO_SECRET}"
+            raise AuthenticationError(msg, NO_SECRET)
         want = _mac(self._secret, b"client", self._nonce, hello.nonce, hello.session_id, self.topology_id)
         if not hmac.compare_digest(want, auth.mac):
-            msg = f"client {self._peer} failed authentication: wrong shared secret"
-            raise AuthenticationError(msg)
+            msg = f"client {self._peer} failed authentication: {WRONG_SECRET}"
+            raise AuthenticationError(msg, WRONG_SECRET)
         proof = _mac(self._secret, b"server", hello.nonce, self._nonce, hello.session_id, self.topology_id)
         return Ok(proof, resume_after)

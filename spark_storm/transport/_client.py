@@ -123,7 +123,8 @@ class SessionClient(ClientBase):
     def _auth_failed(self, exc: BaseException, text: str | None = None) -> None:
         """Record a refused handshake: it counts as a failed attempt, and ``last_error`` says so."""
         self._auth_failures += 1
-        self.last_error = f"authentication failed: {text or exc}"
+        why = text or str(exc)  # a server's refusal is worded already (handshake.refused)
+        self.last_error = why if why.startswith("authentication failed: ") else f"authentication failed: {why}"
         logger.error("%s: %s", self.describe(), self.last_error)
 
     def _mark_connecting(self) -> None:

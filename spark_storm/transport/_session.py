@@ -44,7 +44,7 @@ from spark_storm.errors import (
     SendTimeoutError,
     WireFormatError,
 )
-from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
+from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id, refused
 from spark_storm.messaging.message import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
     FAILED,
@@ -714,8 +714,7 @@ class ClientProtocol:
                 self.ready = True
             elif isinstance(item, Failure):
                 if not self.ready:
-                    msg = f"server {self._peer} refused the handshake: {item.reason}"
-                    raise AuthenticationError(msg)
+                    raise AuthenticationError(refused(self._peer, item.reason))
                 msg = f"server {self._peer} reported failure: {item.reason}"
                 raise ConnectionBrokenError(msg)
             elif isinstance(item, Close):

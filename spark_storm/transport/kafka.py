@@ -86,7 +86,14 @@ from spark_storm.errors import (
     WireFormatError,
 )
 from spark_storm.messaging.api import CallbackLike, IClient, IServer
-from spark_storm.messaging.handshake import new_session_id, record_mac, verify_record_mac
+from spark_storm.messaging.handshake import (
+    NO_SECRET,
+    WRONG_SECRET,
+    new_session_id,
+    record_mac,
+    refused,
+    verify_record_mac,
+)
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import (
     PROTOCOL_VERSION,
@@ -482,11 +489,10 @@ class KafkaServer(ServerBase):
         if secret is not None:
             mac = headers.get("m")
             if mac is None:
-                reason = "client sent no credentials but this server requires the shared secret"
-                self._refuse(session, reason, "auth_failures")
+                self._refuse(session, NO_SECRET, "auth_failures")
                 return
             if not verify_record_mac(secret, _CLIENT, self.topology_id, session, value, mac):
-                self._refuse(session, "client failed authentication: wrong shared secret", "auth_failures")
+                self._refuse(session, WRONG_SECRET, "auth_failures")
                 return
         # The same session protocol as tcp and zmq: a peer per client session, authenticated
         # record by record above (MAC), so it starts past the handshake.
@@ -631,7 +637,7 @@ class KafkaClient(ClientBase):
         if secret is not None:
             mac = headers.get("m")
             if mac is None or not verify_record_mac(secret, _SERVER, self.topology_id, key, value, mac):
-                self._unverified(key, value)
+                self._unverified(mac is None)
                 return
         instance = headers.get("i", b"")
         try:
@@ -650,17 +656,19 @@ class KafkaClient(ClientBase):
             except (WireFormatError, ConnectionBrokenError) as exc:
                 logger.warning("%s: bad reply record at offset %d: %s", self.describe(), record.offset, exc)
 
-    def _unverified(self, key: bytes, value: bytes) -> None:
-        # A server record without a valid MAC is ignored, except that a FAILURE addressed to
-        # us is shown in last_error (it does not change the status): a server with another
-        # secret cannot sign anything we can check, yet its refusal is what the user needs.
-        reason = "it failed to prove the shared secret"
-        if key == self.session_id:
-            with contextlib.suppress(WireFormatError):
-                for item in FrameDecoder(self._context.max_frame).feed(value):
-                    if isinstance(item, Failure):
-                        reason = f"unverified: {item.reason}"
-        self.last_error = f"server {self.topic} refused the handshake ({reason}); its records are ignored"
+    def _unverified(self, unsigned: bool) -> None:
+        # A server record without a valid MAC is ignored; last_error says why (the status stays
+        # CONNECTING).  Signed with another secret, it comes from a server that refuses every
+        # record of ours (it checks them with that secret): the one message of a wrong secret,
+        # whichever of its records comes first, its announcement or its FAILURE to us (which
+        # we cannot verify either).
+        if unsigned:
+            self.last_error = (
+                f"authentication failed: server {self.topic} failed to prove the shared secret: it has no "
+                "storm.messaging.auth.secret while this client has one; its records are ignored"
+            )
+        else:
+            self.last_error = refused(self.topic, WRONG_SECRET)
 
     def _saw_server(self, instance: bytes) -> None:
         """Any record from a server instance shows it is alive; a new instance is a reconnect."""
@@ -690,7 +698,7 @@ class KafkaClient(ClientBase):
         if isinstance(item, Failure):
             with self._status_cond:
                 self._refused = True
-                self.last_error = f"server {self.topic} refused the handshake: {item.reason}"
+                self.last_error = refused(self.topic, item.reason)
                 self._status_cond.notify_all()
             logger.error("%s", self.last_error)
             return True

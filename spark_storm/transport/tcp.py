@@ -384,7 +384,7 @@ class TcpServer(IOThreadServer):
             logging.WARNING, counter, "%s: closing connection from %s: %s", self.describe(), conn.peer, str(exc)
         )
         with contextlib.suppress(OSError):  # the peer may be gone already; the reason is logged
-            conn.sock.send(ServerPeer.failure_frame(str(exc)))
+            conn.sock.send(ServerPeer.failure_frame(exc.reason if isinstance(exc, AuthenticationError) else str(exc)))
         self._drop(conn)
 
     def _write(self, conn: _ServerConn) -> None:

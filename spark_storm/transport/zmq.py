@@ -63,6 +63,7 @@ from spark_storm.errors import (
     WireFormatError,
 )
 from spark_storm.messaging.api import CallbackLike, IClient, IServer
+from spark_storm.messaging.handshake import NO_SECRET, WRONG_SECRET, refused
 from spark_storm.messaging.message import ConnectionStatus
 from spark_storm.messaging.wire import HEADER_SIZE, Close, encode_control, split_at_frames
 from spark_storm.netutil import FIRST_EPHEMERAL_PORT
@@ -272,7 +273,8 @@ class ZmqServer(IOThreadServer):
             self.count(counter)
             self._logs.log(logging.WARNING, counter, "%s: refusing %s: %s", self.describe(), label, str(exc))
             self._forget(ident)
-            self._reply(ident, ServerPeer.failure_frame(str(exc)))
+            told = exc.reason if isinstance(exc, AuthenticationError) else str(exc)
+            self._reply(ident, ServerPeer.failure_frame(told))
             return
         if peer.closed_by_peer:
             self._forget(ident)
@@ -374,6 +376,7 @@ class ZmqClient(SessionClient):
         self._max_retries = context.conf.get_int(TCP_MAX_RETRIES, minimum=-1)
         self._msg_limit = message_limit(self._max_frame)
         self._curve = context.curve is not None
+        self._curve_derived = context.curve is not None and context.curve.derived
         sock = context.zmq.socket(zmq.DEALER)
         # No ROUTING_ID: the server names each connection itself, so no peer can claim another's.
         sock.setsockopt(zmq.LINGER, context.linger_ms)
@@ -532,17 +535,24 @@ class ZmqClient(SessionClient):
                 if self._status is ConnectionStatus.READY:
                     logger.warning("%s: disconnected; zmq reconnects, we will resend", self.describe())
                 elif not self._zmtp_ok and self._curve and self._reconnect_at is None:
-                    self._zmtp_refused("the CURVE handshake failed: wrong shared secret or server key")
+                    self._zmtp_refused(self._curve_mismatch())
                 self._mark_connecting()
 
     def _refusal_reason(self, kind: int, value: int) -> str:
-        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            return f"CURVE: this client's key is not allowed (ZAP status {value})"
         if not self._curve:
-            return "it requires the shared secret (CURVE security) and this client has none"
+            return NO_SECRET  # the server requires CURVE
         if kind == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL and value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
             return "it does not use CURVE (no shared secret or keys) while this client does"
-        return "the CURVE handshake failed: wrong shared secret or server key"
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH and not self._curve_derived:
+            return f"CURVE: this client's key is not allowed (ZAP status {value})"
+        return self._curve_mismatch()
+
+    def _curve_mismatch(self) -> str:
+        # With keys derived from the secret, a key the server does not accept means another secret:
+        # the same reason the tcp and kafka servers give (handshake.WRONG_SECRET).
+        if self._curve_derived:
+            return WRONG_SECRET
+        return "the CURVE handshake failed: wrong server key, or this client's key is not allowed"
 
     def _zmtp_refused(self, why: str) -> None:
         """Count a refused ZMTP/CURVE handshake as a failed attempt; reconnect after the backoff.
@@ -554,7 +564,7 @@ class ZmqClient(SessionClient):
             return  # this connection's failure is counted already
         self._failed_attempt()
         self._auth_failures += 1
-        self.last_error = f"authentication failed: server {self._peer} refused the handshake: {why}"
+        self.last_error = refused(self._peer, why)
         if self._last_logged != self.last_error:  # say it once, not at every retry
             self._last_logged = self.last_error
             logger.error("%s: %s", self.describe(), self.last_error)
