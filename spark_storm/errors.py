@@ -4,8 +4,11 @@
 
     StormError                          root: ``except StormError`` catches everything we raise
     +-- ConfigError (ValueError)        a config key or option has a bad value; names key and fix
+        +-- TargetError                 a dotted path does not import (spark_storm.plugins words it)
     +-- MissingExtraError (ImportError) an optional part is used but its extra is not installed; names it
     +-- WireFormatError                 bytes on a connection are not a valid frame stream
+        +-- GroupRejectedError          a delivery group held a payload the worker cannot decode (none queued)
+        +-- ProtocolError               a multilang child wrote something that is not a message of the protocol
     +-- ReportFormatError (ValueError)  a heartbeat or /health record is not of the shape a worker writes
     +-- TransportError                  something went wrong with a context or connection
         +-- UnknownTransportError       storm.messaging.transport names nothing we can load
@@ -16,6 +19,7 @@
             +-- AuthenticationError     the peer failed the handshake (secret, magic, version, topology)
         +-- SendTimeoutError            send() stayed blocked on the high watermark past its deadline
         +-- RequestTimeoutError         request() got no answer in time
+        +-- DeliveryError               a Spark writer task did not get every ack in time (Spark retries it)
     +-- MultilangError                  a multilang child (ShellBolt/ShellSpout) could not start or failed
     +-- WindowError                     a windowed bolt's tuple has no usable event time, or its window was misused
     +-- ClusterError                    cluster mode: ZooKeeper state, nimbus, supervisors, the UI's sources
@@ -29,6 +33,13 @@
         +-- StateCorruptError           a state or log file (or Redis entry) is corrupt or truncated
         +-- StateUnavailableError       the state backend cannot be reached (Redis down); names task and address
         +-- CheckpointError             a checkpoint round could not complete (the sink's commit fails with it)
+            +-- CoordinatorBusyError    a worker follows another coordinator right now (its lease)
+    +-- ServerPackageError              a Spark Connect server's Python workers cannot import spark-storm
+    +-- ServiceError                    a server the project's tools run could not start, be reached or stop
+        +-- ZooKeeperServerError, KafkaBrokerError, RedisServerError, SparkStandaloneError
+
+Every exception class the package raises is in this tree and defined here; the modules
+that raise them import them (and some re-export them where their users look).
 
 "Closed" versus "broken" follows trio: the first is a bug in the caller, the second is
 the network or the peer and is usually worth a retry.
@@ -44,16 +55,26 @@ __all__ = [
     "ConfigError",
     "ConnectionBrokenError",
     "ConnectionClosedError",
+    "CoordinatorBusyError",
+    "DeliveryError",
+    "GroupRejectedError",
+    "KafkaBrokerError",
     "MissingExtraError",
     "MultilangError",
     "NoNimbusError",
+    "ProtocolError",
+    "RedisServerError",
     "ReportFormatError",
     "RequestTimeoutError",
     "SendTimeoutError",
+    "ServerPackageError",
+    "ServiceError",
+    "SparkStandaloneError",
     "StateCorruptError",
     "StateError",
     "StateUnavailableError",
     "StormError",
+    "TargetError",
     "TopologyActionError",
     "TopologyExistsError",
     "TransportError",
@@ -63,6 +84,7 @@ __all__ = [
     "UnsupportedOperationError",
     "WindowError",
     "WireFormatError",
+    "ZooKeeperServerError",
     "ZooKeeperUnavailableError",
 ]
 
@@ -185,3 +207,67 @@ class StateUnavailableError(StateError):
 
 class CheckpointError(StateError):
     """A checkpoint round could not complete: a worker stayed unreachable, or kept failing tuples on replay."""
+
+
+class CoordinatorBusyError(CheckpointError):
+    """A worker is coordinated by someone else right now (try again once its lease ends)."""
+
+
+class TargetError(ConfigError):
+    """A dotted path did not import; ``kind`` says why (:func:`spark_storm.plugins.import_target`).
+
+    Attributes
+    ----------
+    kind : str
+        A :class:`spark_storm.plugins.Problem`: not a path, no such module (``missing``
+        names the module Python could not find: the target's own, or one it imports), a
+        syntax error, the module raised while importing, or no such attribute.
+    module, attr : str
+        The parts of the path.
+    """
+
+    def __init__(
+        self, kind: str, module: str, attr: str, cause: BaseException | None = None, missing: str | None = None
+    ) -> None:
+        super().__init__(f"{kind}: {module}:{attr}")
+        self.kind = kind
+        self.module = module
+        self.attr = attr
+        self.cause = cause
+        self.missing = missing
+
+
+class GroupRejectedError(WireFormatError):
+    """A delivery group held a payload the worker cannot decode; nothing of it was queued (the sender resends it)."""
+
+
+class ProtocolError(WireFormatError):
+    """A multilang child wrote something that is not a message of the protocol."""
+
+
+class DeliveryError(TransportError):
+    """A Spark writer task did not get every ack in time (Spark retries the task)."""
+
+
+class ServerPackageError(StormError):
+    """The Spark Connect server's Python workers cannot import spark-storm (or run another version)."""
+
+
+class ServiceError(StormError):
+    """A server one of the project's tools runs could not be started, reached or stopped."""
+
+
+class ZooKeeperServerError(ServiceError):
+    """The ZooKeeper server could not be started, reached or stopped."""
+
+
+class KafkaBrokerError(ServiceError):
+    """The Kafka broker could not be started, reached or stopped."""
+
+
+class RedisServerError(ServiceError):
+    """The Redis server could not be started, reached or stopped."""
+
+
+class SparkStandaloneError(ServiceError):
+    """The Spark standalone master or worker could not be started or reached."""

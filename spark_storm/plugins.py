@@ -15,9 +15,18 @@ import importlib
 from collections.abc import Iterable
 from typing import Any
 
-from spark_storm.errors import ConfigError
+from spark_storm.errors import ConfigError, TargetError
 
-__all__ = ["Problem", "TargetError", "closest", "did_you_mean", "import_target", "load_object", "split_dotted_path"]
+__all__ = [
+    "Problem",
+    "TargetError",
+    "attribute_hint",
+    "closest",
+    "did_you_mean",
+    "import_target",
+    "load_object",
+    "split_dotted_path",
+]
 
 
 def closest(name: str, choices: Iterable[str]) -> str | None:
@@ -53,33 +62,11 @@ class Problem(enum.StrEnum):
     ATTRIBUTE = "no such attribute"
 
 
-class TargetError(Exception):
-    """Why a dotted path did not import (raised by :func:`import_target`; callers word it).
-
-    Attributes
-    ----------
-    kind : Problem
-        What went wrong; with :attr:`Problem.MODULE`, ``missing`` names the module Python
-        could not find (the target's own, or one it imports).
-    module, attr : str
-        The parts of the path.
-    """
-
-    def __init__(
-        self, kind: Problem, module: str, attr: str, cause: BaseException | None = None, missing: str | None = None
-    ) -> None:
-        super().__init__(kind, module, attr)
-        self.kind = kind
-        self.module = module
-        self.attr = attr
-        self.cause = cause
-        self.missing = missing
-
-    def attribute_hint(self, lead: str) -> str:
-        """Return the "did you mean" of an attribute the module does not have ('' when none is close)."""
-        module = importlib.import_module(self.module)
-        public = [a for a in dir(module) if not a.startswith("_")]
-        return did_you_mean(self.attr, public, show=self.module + ":{}", lead=lead)
+def attribute_hint(err: TargetError, lead: str) -> str:
+    """Return the "did you mean" of an attribute a module does not have ('' when none is close)."""
+    module = importlib.import_module(err.module)
+    public = [a for a in dir(module) if not a.startswith("_")]
+    return did_you_mean(err.attr, public, show=err.module + ":{}", lead=lead)
 
 
 def split_dotted_path(path: str) -> tuple[str, str]:
@@ -149,5 +136,5 @@ def load_object(path: str, what: str) -> Any:
         elif err.kind == Problem.FAILED:
             msg = f"{what} {path!r}: importing {module!r} raised {type(cause).__name__}: {cause}"
         else:
-            msg = f"{what} {path!r}: module {module!r} has no {err.attr!r}{err.attribute_hint('; ')}"
+            msg = f"{what} {path!r}: module {module!r} has no {err.attr!r}{attribute_hint(err, '; ')}"
         raise ConfigError(msg) from cause

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import msgpack
 
-from spark_storm.errors import ConfigError, WireFormatError
+from spark_storm.errors import ConfigError, ProtocolError
 
 __all__ = [
     "SERIALIZERS",
@@ -38,10 +38,6 @@ TupleRecord = tuple[str, str, str, int, list[Any]]
 
 _END: Final = b"\nend\n"
 _SHOWN: Final = 200  # bytes of a bad message quoted in an error
-
-
-class ProtocolError(WireFormatError):
-    """A multilang child wrote something that is not a message of the protocol."""
 
 
 def _show(data: bytes | str) -> str:

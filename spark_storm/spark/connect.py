@@ -28,15 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import spark_storm
-from spark_storm.errors import StormError
+from spark_storm.errors import ServerPackageError
 
 __all__ = ["ServerPackageError", "check_server", "is_connect", "package_zip", "ship"]
 
 logger = logging.getLogger(__name__)
-
-
-class ServerPackageError(StormError):
-    """The Spark Connect server's Python workers cannot import spark-storm (or run another version)."""
 
 
 def is_connect(spark: Any) -> bool:

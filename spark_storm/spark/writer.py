@@ -46,7 +46,7 @@ import pyarrow as pa
 from spark_storm.codec.encoder import Encoder
 from spark_storm.codec.serializer import MsgpackSerializer
 from spark_storm.config import Config
-from spark_storm.errors import StormError, WireFormatError
+from spark_storm.errors import DeliveryError, StormError, WireFormatError
 from spark_storm.messaging import IClient, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
@@ -68,10 +68,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class DeliveryError(StormError):
-    """A writer task did not get every ack in time (Spark retries the task)."""
 
 
 @dataclass

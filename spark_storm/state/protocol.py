@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from spark_storm.codec.serializer import pack_value, unpack_value
-from spark_storm.errors import CheckpointError, StormError, TransportError, WireFormatError
+from spark_storm.errors import CheckpointError, CoordinatorBusyError, StormError, TransportError, WireFormatError
 from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_OK, REQUEST_UNHANDLED
 
 __all__ = [
@@ -143,10 +143,6 @@ class RoundResult:
     attempts: int
     duration_s: float
     stateful: bool
-
-
-class CoordinatorBusyError(CheckpointError):
-    """A worker is coordinated by someone else right now (try again once its lease ends)."""
 
 
 class Coordinator:

@@ -18,7 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-from spark_storm.errors import StormError
+from spark_storm.errors import KafkaBrokerError
 from spark_storm.netutil import free_ports
 from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
@@ -38,10 +38,6 @@ def new_cluster_id() -> str:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
-
-
-class KafkaBrokerError(StormError):
-    """The broker could not be started, reached or stopped."""
 
 
 def default_jars_dir() -> Path:

@@ -16,17 +16,13 @@ import socket
 import time
 from pathlib import Path
 
-from spark_storm.errors import StormError
+from spark_storm.errors import RedisServerError
 from spark_storm.netutil import free_ports
 from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
 __all__ = ["RedisServer", "RedisServerError", "ping"]
 
 logger = logging.getLogger(__name__)
-
-
-class RedisServerError(StormError):
-    """The Redis server could not be started, reached or stopped."""
 
 
 def ping(address: str, timeout: float = 2.0) -> bool:

@@ -21,17 +21,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from spark_storm.errors import StormError
+from spark_storm.errors import SparkStandaloneError
 from spark_storm.netutil import free_ports
 from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
 __all__ = ["SparkStandalone", "SparkStandaloneError", "spark_home"]
 
 logger = logging.getLogger(__name__)
-
-
-class SparkStandaloneError(StormError):
-    """The standalone master or worker could not be started or reached."""
 
 
 def spark_home() -> Path:

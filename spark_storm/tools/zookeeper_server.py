@@ -18,7 +18,7 @@ import socket
 import time
 from pathlib import Path
 
-from spark_storm.errors import StormError
+from spark_storm.errors import ZooKeeperServerError
 from spark_storm.netutil import free_ports
 from spark_storm.tools._process import launch_detached, live_pid, stop_pid
 
@@ -28,10 +28,6 @@ logger = logging.getLogger(__name__)
 
 #: ZooKeeper's tick; sessions may be as short as 2 ticks, so tests can use short session timeouts.
 TICK_MS = 500
-
-
-class ZooKeeperServerError(StormError):
-    """The ZooKeeper server could not be started, reached or stopped."""
 
 
 def default_jars_dir() -> Path:

@@ -21,7 +21,7 @@ from spark_storm.config import STORM_MESSAGING_TRANSPORT, Config
 from spark_storm.errors import TransportInitError, UnknownTransportError
 from spark_storm.extras import extra_for
 from spark_storm.messaging.api import IContext
-from spark_storm.plugins import Problem, TargetError, did_you_mean, import_target
+from spark_storm.plugins import Problem, TargetError, attribute_hint, did_you_mean, import_target
 
 __all__ = ["TRANSPORT_ALIASES", "make_context", "resolve_transport"]
 
@@ -48,7 +48,7 @@ def _import_target(name: str, target: str) -> object:
             msg = f"transport {name!r}: no module named {missing or module or target!r}; check the dotted path"
             raise UnknownTransportError(msg) from cause
         if err.kind == Problem.ATTRIBUTE:
-            msg = f"transport {name!r}: module {module!r} has no attribute {err.attr!r}.{err.attribute_hint(' ')}"
+            msg = f"transport {name!r}: module {module!r} has no attribute {err.attr!r}.{attribute_hint(err, ' ')}"
             raise UnknownTransportError(msg) from None
         msg = f"transport {name!r}: importing {module!r} failed: {cause}"
         raise TransportInitError(msg) from cause

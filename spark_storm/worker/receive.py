@@ -36,7 +36,7 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.decoder import BoltDecoder, SourceDecoder
 from spark_storm.codec.payloads import salvage_anchors
 from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
-from spark_storm.errors import ConnectionClosedError, StormError, WireFormatError
+from spark_storm.errors import ConnectionClosedError, GroupRejectedError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, GroupKey
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
@@ -51,16 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeserializingConnectionCallback",
-    "GroupRejected",
     "Receiver",
     "WriterStats",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-class GroupRejected(StormError):
-    """A delivery group held a payload the worker cannot decode; nothing of it was queued."""
 
 
 class WriterStats:
@@ -191,7 +186,7 @@ class Receiver:
         Returns how many tuples (rows) were published.  With a ``tracker`` every
         source tuple (or source batch) roots a tuple tree that reports to it.
         ``atomic`` (delivery groups): a bad payload rejects the whole group before
-        anything is queued (:class:`GroupRejected`); otherwise it is dropped, counted
+        anything is queued (:class:`GroupRejectedError`); otherwise it is dropped, counted
         and logged.  In a stateful topology what source tasks accept goes to their input
         logs first (``key``: the delivery group's), and while a rollback replays those
         logs it is only logged: the replay publishes it (docs/state.md).
@@ -280,7 +275,7 @@ class Receiver:
             except Exception as exc:  # the disk or the backend: nothing of it is queued, its sender retries
                 if atomic:
                     msg = f"the input log refused the group: {type(exc).__name__}: {exc}"
-                    raise GroupRejected(msg) from exc
+                    raise GroupRejectedError(msg) from exc
                 rows = sum(len(group) for _, group in to_log)
                 self._host.data_lost(
                     f"{rows} payloads a client sent could not be logged ({type(exc).__name__}: {exc})",
@@ -364,7 +359,7 @@ class Receiver:
                 tracker = GroupTracker(finish) if header.required == PROCESSED and not replaying else None
                 try:
                     rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True, key=header.key)
-                except GroupRejected:
+                except GroupRejectedError:
                     rejected = True
                     finish(FAILED)
                     return
@@ -377,7 +372,7 @@ class Receiver:
             tracker = GroupTracker(finish) if header.required == PROCESSED else None
             try:
                 rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True)
-            except GroupRejected:
+            except GroupRejectedError:
                 rejected = True
                 finish(FAILED)
                 return
@@ -438,7 +433,7 @@ class Receiver:
         self.count("bad_payload")
         if atomic:
             logger.error("worker %s: rejecting a whole group: bad payload for task %d: %s", self._host.slot, task, exc)
-            raise GroupRejected(str(exc)) from exc
+            raise GroupRejectedError(str(exc)) from exc
         if from_worker:
             self._host.data_lost(
                 f"a payload of {len(payload)} bytes for task {task} could not be decoded ({exc})",

@@ -20,6 +20,7 @@ from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.payloads import arrow_payload, columnar_metadata, pack_tuples, unpack_bolt
 from spark_storm.codec.tuples import Tuple
 from spark_storm.config import Config
+from spark_storm.errors import GroupRejectedError
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
     ACCEPTED,
@@ -33,7 +34,6 @@ from spark_storm.messaging.wire import (
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker.acker import GroupTracker, new_edge
 from spark_storm.worker.executor import BatchExecutor, TupleExecutor
-from spark_storm.worker.receive import GroupRejected
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
 from tests.support import wait_until
@@ -136,7 +136,7 @@ def test_a_bad_payload_is_dropped_alone_or_rejects_a_whole_group(world: World) -
     [(_, batch)] = world.queued(1)
     assert batch.num_rows == 1
     assert world.receiver.counters["bad_payload"] == 2
-    with pytest.raises(GroupRejected):
+    with pytest.raises(GroupRejectedError):
         world.receiver.transfer_local([1, 1], [good, b"\xc1"], atomic=True)
     assert world.queued(1) == []  # nothing of the group was queued
 
