@@ -28,6 +28,7 @@ __all__ = [
     "MAX_QUERY_ID_BYTES",
     "PROCESSED",
     "PROTOCOL_VERSION",
+    "SEQ_FRAME_SIZE",
     "Auth",
     "BatchAck",
     "BatchCommit",
@@ -92,6 +93,8 @@ _BATCH_ACK: Final = struct.Struct(">qiqB")
 _BATCH_COMMIT: Final = struct.Struct(">q")
 _REQUEST: Final = struct.Struct(">qB")
 _BATCH_QUERY: Final = struct.Struct(">qiqB")
+#: Bytes a SEQ frame takes on the wire (header and body): what a session adds to every chunk it sends.
+SEQ_FRAME_SIZE: Final = HEADER_SIZE + _SEQ.size
 _U16: Final = struct.Struct(">H")
 
 #: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
@@ -712,16 +715,16 @@ class FrameDecoder:
         add_payload = payloads.append
         unpack = HEADER.unpack_from
         limit = self._max
-        while n - pos >= 6:
+        while n - pos >= HEADER_SIZE:
             code, length = unpack(buf, pos)
-            start = pos + 6
+            start = pos + HEADER_SIZE
             end = start + length
             if code >= 0 and end <= n and length <= limit and length >= 0:
                 add_task(code)
                 add_payload(buf[start:end])
                 pos = end
                 continue
-            self._check_header(buf[pos : pos + 6])
+            self._check_header(buf[pos : pos + HEADER_SIZE])
             if end > n:
                 break
             self._controls += 1

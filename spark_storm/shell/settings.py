@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from spark_storm.codec.tuples import CLIENT_COMPONENT
+from spark_storm.config import Config
 from spark_storm.errors import ConfigError
 from spark_storm.multilang.protocol import build_context, log_level
 from spark_storm.multilang.serializers import MultilangSerializer, make_multilang_serializer
@@ -31,53 +32,36 @@ _GROUPING_TYPES: Final = {
 }
 
 
-def _num(conf: Mapping[str, Any], key: str, default: float) -> float:
-    value = conf.get(key, default)
-    if value is None:
-        return default
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = -1.0
-    if number < 0 or isinstance(value, bool):
-        msg = f"config key {key!r} must be a number >= 0, got {value!r}"
-        raise ConfigError(msg)
-    return number
-
-
 class MultilangSettings:
     """The multilang keys of a component's configuration, checked once."""
 
     def __init__(self, conf: Mapping[str, Any], where: str) -> None:
-        command = conf.get(MULTILANG_COMMAND)
+        c = conf if isinstance(conf, Config) else Config.of(conf)  # the defaults are defaults.yaml's
+        command = c.get(MULTILANG_COMMAND)
         if isinstance(command, str):
             command = command.split()
         if not isinstance(command, list) or not command:
             msg = f"{where}: {MULTILANG_COMMAND!r} must give the child's command as a list, got {command!r}"
             raise ConfigError(msg)
-        self.command = [str(c) for c in command]
-        cwd = conf.get(MULTILANG_DIR)
+        self.command = [str(part) for part in command]
+        cwd = c.get(MULTILANG_DIR)
         self.cwd = str(cwd) if cwd else None
-        env = conf.get("topology.multilang.env") or {}
-        if not isinstance(env, Mapping):
-            msg = f"{where}: 'topology.multilang.env' must be a mapping of variable to value, got {env!r}"
-            raise ConfigError(msg)
+        env = c.get_mapping("topology.multilang.env")
         self.env = {str(k): str(v) for k, v in env.items()}
-        self.serializer: MultilangSerializer = make_multilang_serializer(
-            str(conf.get("topology.multilang.serializer") or "json")
-        )
-        timeout = conf.get("topology.subprocess.timeout.secs")
-        key = "topology.subprocess.timeout.secs" if timeout is not None else "supervisor.worker.timeout.secs"
-        self.timeout_s = _num(conf, key, 30.0)
+        self.serializer: MultilangSerializer = make_multilang_serializer(c.get_str("topology.multilang.serializer"))
+        key = "topology.subprocess.timeout.secs"
+        if c.get(key) is None:
+            key = "supervisor.worker.timeout.secs"  # Storm's fallback
+        self.timeout_s = c.get_float(key, minimum=0)
         if self.timeout_s <= 0:
-            msg = f"config key {key!r} must be > 0 seconds (how long a silent child lives), got {conf.get(key)!r}"
+            msg = f"config key {key!r} must be > 0 seconds (how long a silent child lives), got {c.get(key)!r}"
             raise ConfigError(msg)
-        self.heartbeat_s = _num(conf, "topology.multilang.heartbeat.interval.ms", 1000.0) / 1000
-        self.backoff_min_s = _num(conf, "topology.multilang.restart.backoff.min.ms", 100.0) / 1000
-        self.backoff_max_s = _num(conf, "topology.multilang.restart.backoff.max.ms", 30000.0) / 1000
-        self.max_pending = int(_num(conf, "topology.shellbolt.max.pending", 100.0)) or 1
-        self.max_message_bytes = int(_num(conf, "topology.multilang.max.message.bytes", 16 * 1024 * 1024))
-        self.shutdown_s = _num(conf, "topology.multilang.shutdown.timeout.ms", 5000.0) / 1000
+        self.heartbeat_s = c.get_float("topology.multilang.heartbeat.interval.ms", minimum=0) / 1000
+        self.backoff_min_s = c.get_float("topology.multilang.restart.backoff.min.ms", minimum=0) / 1000
+        self.backoff_max_s = c.get_float("topology.multilang.restart.backoff.max.ms", minimum=0) / 1000
+        self.max_pending = c.get_int("topology.shellbolt.max.pending", minimum=0) or 1
+        self.max_message_bytes = c.get_int("topology.multilang.max.message.bytes", minimum=0)
+        self.shutdown_s = c.get_float("topology.multilang.shutdown.timeout.ms", minimum=0) / 1000
 
 
 def handshake_conf(conf: Mapping[str, Any], topology_name: str) -> dict[str, Any]:

@@ -45,9 +45,9 @@ import pyarrow as pa
 
 from spark_storm.codec.encoder import Encoder
 from spark_storm.codec.serializer import MsgpackSerializer
-from spark_storm.config import Config
+from spark_storm.config import STORM_MAX_FRAME_BYTES, Config
 from spark_storm.errors import DeliveryError, StormError, WireFormatError
-from spark_storm.messaging import IClient, IContext, TaskMessage
+from spark_storm.messaging import ConnectionStatus, IClient, IContext, TaskMessage
 from spark_storm.messaging.wire import FAILED, BatchHeader
 from spark_storm.spark.options import StormOptions
 from spark_storm.state.protocol import Coordinator
@@ -133,7 +133,7 @@ class _Pool:
         key = (ckey, options.topology_id, slot)
         with self._lock:
             conn = self._conns.get(key)
-            if conn is not None and conn.status.value != "closed":
+            if conn is not None and conn.status is not ConnectionStatus.CLOSED:
                 return conn
             ctx = self._contexts.get(ckey)
             if ctx is None:
@@ -174,7 +174,7 @@ def _ids(options: StormOptions) -> tuple[str, int, int, int]:
 
 
 def _encoder(options: StormOptions) -> Encoder:
-    frame = int(options.conf.get("storm.messaging.max.frame.bytes", 16 << 20))
+    frame = Config.of(options.conf).get_int(STORM_MAX_FRAME_BYTES, minimum=1)
     return Encoder(MsgpackSerializer(), max(1024, frame // 2))
 
 

@@ -50,6 +50,7 @@ from spark_storm.messaging.wire import (
     FAILED,
     HANDSHAKE_FRAME_MAX,
     HANDSHAKE_MAX_BYTES,
+    SEQ_FRAME_SIZE,
     Auth,
     BatchAck,
     BatchCommit,
@@ -164,7 +165,7 @@ class ClientSession:
             if self._closed:
                 msg = f"send on closed client to {self._peer}"
                 raise ConnectionClosedError(msg)
-            size = len(body) + 18
+            size = len(body) + SEQ_FRAME_SIZE  # what the chunk takes on the wire
             if self._unacked_bytes and self._unacked_bytes + size > self._high:
                 if self._policy == "drop":
                     self.lost += count

@@ -96,6 +96,7 @@ from spark_storm.messaging.handshake import (
 )
 from spark_storm.messaging.message import BackpressureStatus, ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import (
+    HEADER_SIZE,
     PROTOCOL_VERSION,
     BatchCommit,
     BatchHeader,
@@ -739,7 +740,7 @@ class KafkaClient(ClientBase):
             return
         self._check_open("send")
         try:
-            size = sum(len(m[1]) for m in batch) + 6 * len(batch)
+            size = sum(len(m[1]) for m in batch) + HEADER_SIZE * len(batch)
         except TypeError:  # a payload without a length: check_messages below names it
             size = self._record_limit + 1
         if size <= self._record_limit:
@@ -750,10 +751,10 @@ class KafkaClient(ClientBase):
         check_messages(batch)
         start, size = 0, 0
         for i, message in enumerate(batch):
-            size += len(message.payload) + 6
+            size += len(message.payload) + HEADER_SIZE
             if size > self._record_limit and i > start:
                 self._admit(batch[start:i], None)
-                start, size = i, len(message.payload) + 6
+                start, size = i, len(message.payload) + HEADER_SIZE
         self._admit(batch[start:], None)
 
     def send_group(self, header: BatchHeader, messages: Sequence[TaskMessage]) -> None:
@@ -761,7 +762,7 @@ class KafkaClient(ClientBase):
             msg = f"group {header.key} announces {header.count} messages but {len(messages)} were given"
             raise ValueError(msg)
         check_group_size(header, messages, self._group_max_frames, self._group_max_bytes)
-        size = sum(len(m.payload) + 6 for m in messages)
+        size = sum(len(m.payload) + HEADER_SIZE for m in messages)
         if size > self._record_limit:
             msg = (
                 f"group {header.key} is {size} bytes, over {STORM_MAX_FRAME_BYTES}={self._record_limit}; a group "

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from spark_storm.codec.tuples import Tuple, TupleSource
+from spark_storm.config import Config
 from spark_storm.errors import StormError
 from spark_storm.messaging.wire import PROCESSED
 from spark_storm.topology.assignment import ExecutorSpec
@@ -172,9 +173,11 @@ class SpoutExecutor(Executor):
     ) -> None:
         super().__init__(host, spec, queue, settings, conf, bolt_cls)
         self.acker = host.acker
-        max_pending = conf.get("topology.max.spout.pending")
-        self._max_pending = int(max_pending) if max_pending else 0
-        self._wait_s = float(conf.get("topology.sleep.spout.wait.strategy.time.ms", 1)) / 1000
+        c = conf if isinstance(conf, Config) else Config.of(conf)  # the defaults are defaults.yaml's
+        self._max_pending = (
+            c.get_int("topology.max.spout.pending", minimum=0) if c.get("topology.max.spout.pending") else 0
+        )
+        self._wait_s = c.get_float("topology.sleep.spout.wait.strategy.time.ms", minimum=0) / 1000
         self.pending: dict[int, int] = dict.fromkeys(spec.tasks, 0)
         self._ended: collections.deque[tuple[int, Any, bool]] = collections.deque()
         self._wake = threading.Event()
@@ -240,7 +243,6 @@ class SpoutExecutor(Executor):
         try:
             self._prepare()
         except Exception as exc:
-            self.failed_with = exc
             logger.exception("executor %s: open failed; stopping the worker", self.spec)
             self.host.request_stop(f"executor {self.spec} failed to open: {exc!r}")
             return
@@ -276,7 +278,6 @@ class SpoutExecutor(Executor):
                     self._wake.wait(self._wait_s)
                     self._wake.clear()
         except Exception as exc:
-            self.failed_with = exc
             logger.exception("executor %s died; stopping the worker", self.spec)
             self.host.request_stop(f"executor {self.spec} died: {exc!r}")
         finally:
