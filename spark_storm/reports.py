@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NotRequired, TypedDict, cast
@@ -400,3 +401,18 @@ def parse_worker_metrics(data: bytes | str, origin: str) -> WorkerMetrics:
             msg = f"{origin} is not a worker's /health: {key!r} is {raw.get(key)!r}, not a {kind.__name__}"
             raise ReportFormatError(msg)
     return cast(WorkerMetrics, raw)
+
+
+def read_worker_metrics(host: str, port: int, timeout: float) -> WorkerMetrics:
+    """``GET http://host:port/health`` and read it (the one place a worker's ``/health`` is fetched).
+
+    Raises
+    ------
+    OSError
+        The endpoint did not answer within ``timeout`` seconds (``urllib.error.URLError`` is one).
+    ReportFormatError
+        The answer is not a worker's ``/health``.
+    """
+    url = f"http://{host}:{port}/health"
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return parse_worker_metrics(r.read(), f"GET {url}")

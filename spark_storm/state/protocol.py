@@ -276,7 +276,7 @@ class Coordinator:
                     ]
                     if dirty:
                         rolled = committed
-                        self._rollback(committed, generation + 1, dirty)
+                        self.rollback(committed, generation + 1, dirty)
                         generation += 1
                     epoch = committed + 1
                     prepared = self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
@@ -314,7 +314,17 @@ class Coordinator:
                         raise CheckpointError(msg) from exc
                     time.sleep(min(2.0, 0.1 * failed_rounds) * (1 + random.random()))
 
-    def _rollback(self, committed: int, generation: int, reasons: list[str]) -> None:
+    # --- a rollback's two steps (a round runs them; an operator or a test may too) -------------------
+    def pause(self, generation: int) -> None:
+        """PAUSE every worker at ``generation``: executors idle, in-flight work dropped (no RESUME yet)."""
+        self._all(PAUSE, {"generation": generation}, self._request_timeout_s)
+
+    def resume(self, epoch: int, generation: int) -> None:
+        """RESUME every worker paused at ``generation`` from committed epoch ``epoch`` (their logs replay)."""
+        self._all(RESUME, {"epoch": epoch, "generation": generation}, self._request_timeout_s)
+
+    def rollback(self, committed: int, generation: int, reasons: list[str]) -> None:
+        """Roll every worker back to ``committed`` as ``generation``: PAUSE everywhere, then RESUME."""
         logger.warning(
             "checkpoint: rolling every worker back to epoch %d (generation %d): %s",
             committed,
@@ -322,5 +332,5 @@ class Coordinator:
             "; ".join(reasons),
         )
         self.rollbacks += 1
-        self._all(PAUSE, {"generation": generation}, self._request_timeout_s)
-        self._all(RESUME, {"epoch": committed, "generation": generation}, self._request_timeout_s)
+        self.pause(generation)
+        self.resume(committed, generation)

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +33,8 @@ from spark_storm.reports import (
     WorkerMetrics,
     heartbeat_file_name,
     metrics_endpoint,
-    parse_worker_metrics,
     read_heartbeat_file,
+    read_worker_metrics,
 )
 from spark_storm.topology.assignment import Slot, plan
 from spark_storm.topology.loader import load_topology
@@ -170,9 +169,7 @@ class LocalCluster:
             what = "no heartbeat yet" if hb is None else "no HTTP endpoint (topology.worker.metrics.port is -1)"
             msg = f"worker {slot} of {self.topology.name}: {what}; its /health cannot be read"
             raise StormError(msg)
-        url = f"http://{endpoint[0]}:{endpoint[1]}/health"
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return parse_worker_metrics(r.read(), f"GET {url}")
+        return read_worker_metrics(endpoint[0], endpoint[1], timeout)
 
     def wait_running(self, timeout: float = 60.0, slots: list[Slot] | None = None) -> None:
         """Wait for "running" heartbeats; raise with the worker's log tail if one dies."""

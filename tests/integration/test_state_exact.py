@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from spark_storm.state.protocol import PAUSE
 from tests.support import wait_until
 from tests.support.ledger import Ledger, expected, rows_for
 
@@ -164,7 +163,7 @@ def test_a_coordinator_that_died_between_pause_and_resume_leaves_nothing_stuck(t
         run.feed(0)
         run.commit(0)
         generation = max(s.generation for s in run.coordinator.status().values())
-        run.coordinator._all(PAUSE, {"generation": generation + 1}, 10.0)  # and then it "dies"
+        run.coordinator.pause(generation + 1)  # and then it "dies"
         statuses = run.coordinator.status().values()
         assert all(s.dirty for s in statuses), "a worker paused without a RESUME must ask for a rollback"
         run.feed(1)  # accepted and logged while paused; published by the replay
@@ -228,7 +227,7 @@ def test_what_a_batch_cut_by_a_rollback_emits_is_dropped_not_counted_besides_the
         statuses = run.coordinator.status().values()
         committed = max(s.committed for s in statuses)
         generation = max(s.generation for s in statuses)
-        run.coordinator._rollback(committed, generation + 1, ["a test's rollback while a bolt is mid-batch"])
+        run.coordinator.rollback(committed, generation + 1, ["a test's rollback while a bolt is mid-batch"])
         sender.join(120)
         assert not sender.is_alive()
         result = run.commit(1)

@@ -155,9 +155,7 @@ with LocalCluster(topology, 2) as cluster:
     assert q.exception() is None, q.exception()
     received = 0
     for slot in cluster.slots:
-        port = cluster.heartbeat(slot)["metrics_port"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
-            received += json.loads(r.read())["counters"]["source_tuples_in"]
+        received += cluster.health(slot)["counters"]["source_tuples_in"]
     print(f"sent {2 * rows} processed {received}")
 spark.stop()
 """

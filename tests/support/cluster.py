@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from spark_storm.cluster.records import HeartbeatZnode
 from spark_storm.cluster.state import ClusterState
-from spark_storm.reports import WorkerHeartbeat, WorkerMetrics, parse_worker_metrics
+from spark_storm.reports import WorkerHeartbeat, WorkerMetrics, read_worker_metrics
 from spark_storm.topology import Slot
 from tests.support import ROOT, wait_until
 
@@ -219,8 +219,8 @@ def submit(zk: str, path: Path, workers: int) -> None:
 
 def health(state: ClusterState, topology: str, slot: Slot) -> WorkerMetrics:
     port = state.read_heartbeats(topology)[slot].record["metrics_port"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
-        return parse_worker_metrics(r.read(), f"the /health of {slot}")
+    assert port is not None, f"worker {slot} serves no /health"
+    return read_worker_metrics("127.0.0.1", port, 10)
 
 
 def checkpoints(state: ClusterState, topology: str) -> dict[str, dict[str, Any]]:

@@ -7,10 +7,8 @@ batch's rows reach the workers' input logs exactly once whatever the workers do.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -206,14 +204,10 @@ class ExactRun:
         self.cluster.start_worker(slot)
 
     def health(self, index: int) -> dict[str, Any]:
-        hb = self.cluster.heartbeat(self.cluster.slots[index])
-        if not hb or not hb.get("metrics_port"):
-            return {}
+        """Worker ``index``'s ``/health`` (empty while it has no endpoint or does not answer)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{hb['metrics_port']}/health", timeout=5) as r:
-                data: dict[str, Any] = json.loads(r.read())
-                return data
-        except OSError:
+            return dict(self.cluster.health(self.cluster.slots[index], timeout=5))
+        except (StormError, OSError):
             return {}
 
     def executed(self, tasks: Sequence[int]) -> int:

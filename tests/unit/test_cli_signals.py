@@ -44,8 +44,14 @@ def test_until_ends_the_wait_and_every_runs_between_polls() -> None:
 
 
 def test_a_second_signal_without_a_hard_exit_lets_the_shutdown_go_on() -> None:
-    run_until_signalled(lambda: os.kill(os.getpid(), signal.SIGINT), poll_s=30)
-    os.kill(os.getpid(), signal.SIGTERM)  # handled (not the default: this process goes on)
+    seen: list[str] = []
+    got = run_until_signalled(lambda: os.kill(os.getpid(), signal.SIGINT), on_signal=seen.append, poll_s=30)
+    assert got == "SIGINT"
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler)  # ours, still installed: not SIG_DFL, which would end this process
+    os.kill(os.getpid(), signal.SIGTERM)  # the second signal, during the shutdown
+    assert seen == ["SIGINT"]  # ignored: the first signal's wait is over and nothing ran again
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 def test_a_second_signal_during_the_shutdown_runs_the_hard_exit() -> None:
