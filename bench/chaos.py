@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                 record = run_in_namespaces(sc, workdir, args.deadline, args.keep)
             else:
                 if sc.spark:
-                    _warm_spark()
+                    _warm_spark(workdir, args.verbose)
                 record = run_scenario(sc, workdir, args.deadline, keep=args.keep)
             records.append(record)
             if args.inside is None:
@@ -354,15 +354,33 @@ def main(argv: list[str] | None = None) -> int:
     took = time.monotonic() - started
     if args.inside is None:
         print(summary(records, took), flush=True)
+        if _STDERR_MOVED and _STDERR_MOVED[0].stat().st_size == 0:
+            _STDERR_MOVED[0].unlink()
         if not os.listdir(workdir) and args.workdir is None:
             os.rmdir(workdir)
     return 1 if any(r.verdict == "FAIL" for r in records) else 0
 
 
-def _warm_spark() -> None:
-    """Start the one SparkSession before a scenario's clock runs (the JVM takes seconds)."""
+_STDERR_MOVED: list[Path] = []
+
+
+def _warm_spark(workdir: Path, verbose: bool) -> None:
+    """Start the one SparkSession before a scenario's clock runs (the JVM takes seconds).
+
+    Unless ``verbose``, this process's stderr goes to ``<workdir>/stderr.log`` first: a query
+    stopped mid-batch makes the JVM and py4j print long traces there (Spark's own, expected
+    on an interrupted micro-batch), and the report is on stdout.
+    """
     from bench.chaos_run import spark_session
 
+    if not verbose and not _STDERR_MOVED:
+        path = workdir / "stderr.log"
+        sys.stderr.flush()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+        _STDERR_MOVED.append(path)
+        print(f"bench.chaos: stderr (Spark's and py4j's traces) goes to {path} from now on", flush=True)
     spark_session()
 
 
