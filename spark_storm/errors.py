@@ -29,6 +29,7 @@
         +-- UnknownTopologyError (LookupError)  no topology of that name (UI/REST: 404)
         +-- ActionNotSupportedError     the cluster cannot do that action, e.g. rebalance a local cluster (501)
         +-- TopologyActionError         an action reached the workers and some refused or were unreachable (502)
+        +-- DeployError                 deploy() cannot host the topology in the Spark application, or hosting failed
     +-- StateError                      a stateful bolt's state: a value it cannot store, a checkpoint that failed
         +-- StateCorruptError           a state or log file (or Redis entry) is corrupt or truncated
         +-- StateUnavailableError       the state backend cannot be reached (Redis down); names task and address
@@ -57,6 +58,7 @@ __all__ = [
     "ConnectionClosedError",
     "CoordinatorBusyError",
     "DeliveryError",
+    "DeployError",
     "GroupRejectedError",
     "KafkaBrokerError",
     "MissingExtraError",
@@ -191,6 +193,14 @@ class ActionNotSupportedError(ClusterError):
 
 class TopologyActionError(ClusterError):
     """A topology action was sent to the workers and at least one refused it or could not be reached."""
+
+
+class DeployError(ClusterError):
+    """A topology cannot be hosted by the Spark application (``deploy()``), or its hosting failed; names the fix.
+
+    Too few task slots, a state provider other hosts cannot reach, Spark Connect without what it
+    needs, workers that did not come up in time, a supervisor task that failed past its resubmits.
+    """
 
 
 class StateError(StormError):

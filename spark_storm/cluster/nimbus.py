@@ -12,6 +12,8 @@ assigned (:meth:`Nimbus.reconcile`, run whenever a watch fires and every
   change for ``nimbus.task.timeout.secs`` (or never came within ``nimbus.task.launch.secs``
   of the assignment), is dead: the topology is planned again over its live slots plus free
   ones, as a new version of ``/assignments/<name>``;
+* a slot whose supervisor names a topology (a supervisor task of a Spark-hosted deployment,
+  ``spark_storm.spark.deploy``) is given to that topology only;
 * a rebalance (a new ``workers`` count) or free slots for a topology that got fewer than it
   asked for lead to a new version too;
 * a killed topology keeps its assignment until its kill time, then its topology, assignment
@@ -179,7 +181,10 @@ class Nimbus:
         """
         now = time.monotonic()
         self._next_due = float(self.monitor_every)
-        live, conflicts = slot_owners(self.state.supervisors())
+        supervisors = self.state.supervisors()
+        live, conflicts = slot_owners(supervisors)
+        # A Spark-hosted deployment's supervisor tasks offer their slots to their own topology only.
+        dedicated = {slot: info.topology for info in supervisors.values() if info.topology for slot in info.slots}
         for slot, owner, other in conflicts:
             self._say(f"dup:{slot}", f"slot {slot} is offered by supervisors {owner} and {other}; using {owner}")
         records: dict[str, TopologyRecord] = {}
@@ -199,7 +204,7 @@ class Nimbus:
             assignments[name] = current
         used = used_slots(assignments.values())
         for name in sorted(records):
-            self._reconcile_topology(records[name], assignments.get(name), live, used, now)
+            self._reconcile_topology(records[name], assignments.get(name), live, used, now, dedicated)
         return self._next_due
 
     def _reconcile_topology(
@@ -209,6 +214,7 @@ class Nimbus:
         live: dict[Slot, str],
         used: dict[Slot, str],
         now: float,
+        dedicated: Mapping[Slot, str] | None = None,
     ) -> None:
         name = record.name
         if record.status == KILLED:
@@ -236,7 +242,8 @@ class Nimbus:
                 if verdict.dead:
                     dead[slot] = verdict.reason or "dead"
         keep = sorted(s for s in (current.slots if current else ()) if s not in dead)[: record.workers]
-        free = [s for s in live if s not in used and s not in dead]
+        mine = dedicated or {}
+        free = [s for s in live if s not in used and s not in dead and mine.get(s, name) == name]
         chosen = keep + self._pick(free, record.workers - len(keep), keep, live)
         if not chosen:
             what = "all its slots are dead" if current else "it waits for one"

@@ -11,6 +11,12 @@ Layout, under the root (``storm.zookeeper.root``, default ``/storm``, or the chr
                                      "executors": [[component, first task, last task, "host:port"], ...]}
     /heartbeats/<name>/<host:port>  the worker's heartbeat (:class:`~spark_storm.reports.WorkerHeartbeat`)
     /nimbus                         kazoo's Election (a lock): one contender node per nimbus process
+    /spark/<name>                   a topology hosted by a Spark application (``spark_storm.spark.deploy``):
+                                    {"name", "app", "driver", "started", "own_zookeeper", "supervisors", "retired"}
+    /spark/<name>/driver            ephemeral: the driver's lease (its supervisor tasks end when it is gone)
+
+A supervisor registered by such a deployment names its topology (``"topology"``): nimbus gives
+its slots to that topology only.
 
 Each record class reads and writes its znode's JSON; a znode spark-storm did not write
 raises :class:`~spark_storm.errors.ClusterError` naming the path.
@@ -42,11 +48,13 @@ __all__ = [
     "KILLED",
     "LAYOUT",
     "NIMBUS",
+    "SPARK",
     "STATUSES",
     "SUPERVISORS",
     "TOPOLOGIES",
     "Assignment",
     "HeartbeatZnode",
+    "HostedDeployment",
     "NimbusContender",
     "SupervisorInfo",
     "TopologyRecord",
@@ -66,6 +74,8 @@ TOPOLOGIES: Final = "/topologies"
 ASSIGNMENTS: Final = "/assignments"
 HEARTBEATS: Final = "/heartbeats"
 NIMBUS: Final = "/nimbus"
+#: Topologies hosted by Spark applications (``spark_storm.spark.deploy``); created when first used.
+SPARK: Final = "/spark"
 #: The znodes every cluster has under its root.
 LAYOUT: Final = (SUPERVISORS, TOPOLOGIES, ASSIGNMENTS, HEARTBEATS, NIMBUS)
 
@@ -114,13 +124,18 @@ def parse_slot(text: str) -> Slot:
 
 @dataclass(frozen=True)
 class SupervisorInfo:
-    """A supervisor's registration: its host and the worker ports (slots) it offers."""
+    """A supervisor's registration: its host and the worker ports (slots) it offers.
+
+    ``topology``: the topology its slots are dedicated to (a supervisor task of a Spark-hosted
+    deployment), or None for a supervisor any topology may use.
+    """
 
     id: str
     host: str
     ports: tuple[int, ...]
     started: float = 0.0
     pid: int = 0
+    topology: str | None = None
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -129,20 +144,29 @@ class SupervisorInfo:
 
     def to_json(self) -> bytes:
         """Encode for the znode."""
-        return dumps(
-            {"id": self.id, "host": self.host, "ports": list(self.ports), "started": self.started, "pid": self.pid}
-        )
+        record: dict[str, Any] = {
+            "id": self.id,
+            "host": self.host,
+            "ports": list(self.ports),
+            "started": self.started,
+            "pid": self.pid,
+        }
+        if self.topology is not None:
+            record["topology"] = self.topology
+        return dumps(record)
 
     @classmethod
     def from_json(cls, data: bytes, path: str) -> SupervisorInfo:
         """Decode a supervisor znode."""
         raw = loads(data, path)
+        dedicated = raw.get("topology")
         return cls(
             str(raw["id"]),
             str(raw["host"]),
             tuple(int(p) for p in raw["ports"]),
             float(raw.get("started", 0.0)),
             int(raw.get("pid", 0)),
+            None if dedicated is None else str(dedicated),
         )
 
 
@@ -334,3 +358,67 @@ class NimbusContender:
 
     id: str
     since: float
+
+
+@dataclass(frozen=True)
+class HostedDeployment:
+    """A topology hosted by a Spark application: ``/spark/<name>``, written by ``deploy()`` on the driver.
+
+    Attributes
+    ----------
+    name : str
+        The topology.
+    app : str
+        The Spark application id (for people, and for the UI).
+    driver : str
+        ``host:pid`` of the process that called ``deploy()``.
+    started : float
+        Wall clock.
+    own_zookeeper : bool
+        ``deploy()`` started this ZooKeeper, so losing it means the driver is gone (supervisor
+        tasks then end); a ZooKeeper of the user's may be away for a while, workers keep running.
+    supervisors : int
+        Supervisor tasks the deployment keeps (one worker slot each).
+    retired : tuple[int, ...]
+        Indexes of supervisor tasks told to end (a rebalance to fewer workers).
+    """
+
+    name: str
+    app: str
+    driver: str
+    started: float
+    own_zookeeper: bool
+    supervisors: int
+    retired: tuple[int, ...] = ()
+
+    def to_json(self) -> bytes:
+        """Encode for the znode."""
+        return dumps(
+            {
+                "name": self.name,
+                "app": self.app,
+                "driver": self.driver,
+                "started": self.started,
+                "own_zookeeper": self.own_zookeeper,
+                "supervisors": self.supervisors,
+                "retired": list(self.retired),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes, path: str) -> HostedDeployment:
+        """Decode a deployment znode."""
+        raw = loads(data, path)
+        try:
+            return cls(
+                str(raw["name"]),
+                str(raw.get("app", "")),
+                str(raw.get("driver", "")),
+                float(raw.get("started", 0.0)),
+                bool(raw.get("own_zookeeper", False)),
+                int(raw.get("supervisors", 0)),
+                tuple(int(i) for i in raw.get("retired", [])),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"znode {path} is not a Spark-hosted deployment: {exc!r}"
+            raise ClusterError(msg) from exc

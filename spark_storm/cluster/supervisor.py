@@ -104,6 +104,8 @@ class Supervisor:
         The znode name; default ``<host>-<random>``.
     local_dir : str, optional
         Worker logs and heartbeat files; default ``storm.local.dir`` or a temp dir.
+    dedicated : str, optional
+        The topology this supervisor's slots are for (nimbus gives them to no other); default any.
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class Supervisor:
         overrides: Mapping[str, Any] | None = None,
         supervisor_id: str | None = None,
         local_dir: str | Path | None = None,
+        dedicated: str | None = None,
     ) -> None:
         self.state = ClusterState(zookeeper, conf)
         self.conf = self.state.conf
@@ -134,6 +137,7 @@ class Supervisor:
             raise ConfigError(msg)
         self.ports = tuple(sorted(raw_ports))
         self.id = supervisor_id or f"{host}-{uuid.uuid4().hex[:8]}"
+        self.dedicated = dedicated
         configured = self.conf.get_optional_str("storm.local.dir")
         base = Path(local_dir or configured or tempfile.mkdtemp(prefix="spark-storm-supervisor-"))
         self.local_dir = base.resolve() / f"supervisor-{self.id}"
@@ -165,7 +169,9 @@ class Supervisor:
             (self.local_dir / sub).mkdir(parents=True, exist_ok=True)
         self.state.session.add_state_listener(lambda _change: self._wake.set())
         self.state.start()
-        self.state.register_supervisor(SupervisorInfo(self.id, self.host, self.ports, time.time(), os.getpid()))
+        self.state.register_supervisor(
+            SupervisorInfo(self.id, self.host, self.ports, time.time(), os.getpid(), self.dedicated)
+        )
         self._watches["/"] = self.state.watch_assignments(lambda _names: self._wake.set())
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=False)
         self._thread.start()

@@ -1,4 +1,4 @@
-"""The Spark side (the only layer importing pyspark): format("storm"), storm_sink, storm_foreach."""
+"""The Spark side (the only layer importing pyspark): format("storm"), storm_sink, storm_foreach, deploy."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ from typing import Any
 
 from spark_storm.spark.connect import ServerPackageError, check_server, is_connect, ship
 from spark_storm.spark.datasource import StormDataSource
+from spark_storm.spark.deploy import Deployment, DeploymentStatus, deploy
 from spark_storm.spark.foreach import StormForeachWriter, storm_foreach
 from spark_storm.spark.options import StormOptions
 from spark_storm.spark.sink import StormSink, storm_sink
 
 __all__ = [
+    "Deployment",
+    "DeploymentStatus",
     "ServerPackageError",
     "StormDataSource",
     "StormForeachWriter",
     "StormOptions",
     "StormSink",
     "check_server",
+    "deploy",
     "is_connect",
     "register",
     "ship",

@@ -4,7 +4,10 @@ With ``option("zookeeper", "HOST:PORT[/chroot]")`` the driver reads the topology
 current assignment for every micro-batch (Spark builds the stream writer on the driver per
 micro-batch) and hands the plan to that batch's writer tasks; a retried task reads it again
 on its executor.  One ZooKeeper session per process and address is kept open for those
-reads (Spark reuses its Python workers), and closed when the process exits.
+reads (Spark reuses its Python workers), and closed when the process exits, when its
+ZooKeeper has been unreachable for ``storm.zookeeper.connection.timeout`` (a cluster that went
+away, e.g. one ``deploy()`` started and stopped: the next read opens a new session), or by
+:func:`close_sessions`.
 """
 
 from __future__ import annotations
@@ -40,14 +43,39 @@ def _session(address: ZooKeeperAddress, conf: Mapping[str, Any]) -> ClusterState
             if not _SESSIONS:
                 atexit.register(close_sessions)
             _SESSIONS[key] = state
+            grace = state.conf.get_int("storm.zookeeper.connection.timeout", minimum=1) / 1000
+            state.session.add_state_listener(lambda change: _on_change(key, state, change, grace))
         return state
 
 
-def close_sessions() -> None:
-    """Close this process's ZooKeeper sessions (at exit; tests call it between clusters)."""
+def _on_change(key: tuple[str, str], state: ClusterState, change: str, grace: float) -> None:
+    """On a lost connection: drop the session if ZooKeeper is still away after ``grace`` s (kazoo's thread)."""
+    if change == "connected":
+        return
+
+    def reap() -> None:
+        if state.session.connected:
+            return
+        with _LOCK:
+            if _SESSIONS.get(key) is not state:
+                return
+            del _SESSIONS[key]
+        logger.info("ZooKeeper %s unreachable for %.0fs; closing this process's session to it", state.address, grace)
+        state.close()
+
+    timer = threading.Timer(grace, reap)
+    timer.daemon = True
+    timer.start()
+
+
+def close_sessions(address: str | None = None) -> None:
+    """Close this process's ZooKeeper sessions (all, or those to ``address``, a ``host:port/root`` spec).
+
+    Called at exit; tests call it between clusters, and a stopped ``deploy()`` for its own.
+    """
     with _LOCK:
-        states = list(_SESSIONS.values())
-        _SESSIONS.clear()
+        keys = [k for k in _SESSIONS if address is None or k[0] == address]
+        states = [_SESSIONS.pop(k) for k in keys]
     for state in states:
         state.close()
 
