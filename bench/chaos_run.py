@@ -634,12 +634,15 @@ class ClientFeed(Feed):
         plan_of: list[tuple[int, list[list[Any]]]] = [(b, batch_rows(sc, b)) for b in range(sc.batches)]
         if sc.topology == "windows":
             plan_of.append((sc.batches, flush_batch(sc)))
+        # A batch every pace_s at least, and the data spread until the last fault has ended (a
+        # second after), so that every fault of the schedule lands while batches flow.
+        last = max((f.at + f.duration for f in sc.faults), default=0.0) + 1.0
+        every = max(sc.pace_s, last / sc.batches)
         for batch, rows in plan_of:
             if self.rebalance_mode is not None:
                 mode, self.rebalance_mode = self.rebalance_mode, None
                 self._rebalance(mode)
                 self.did("rebalance")
-            started = time.monotonic()
             self.run.step = f"batch {batch}: sending {len(rows)} rows"
             self.inflight = (batch, rows)
             self._send(batch, rows)
@@ -647,8 +650,8 @@ class ClientFeed(Feed):
             self._commit(batch, rows)
             self.fed[batch] = rows
             self.inflight = None
-            pause = sc.pace_s - (time.monotonic() - started)
-            if pause > 0 and batch < sc.batches:
+            pause = self.run.t0 + (batch + 1) * every - time.monotonic()
+            if pause > 0 and batch + 1 < sc.batches:
                 self.run.abort.wait(pause)
         self.complete = True
 
