@@ -70,6 +70,7 @@ import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -306,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="the harness's own log (INFO) on stderr")
     parser.add_argument("--inside", default=None, help=argparse.SUPPRESS)  # the network family's child
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: the finally blocks stop the workers (their parent-death signal
+    # does too) and delete the namespaces, killing what still runs inside them.
+    signal.signal(signal.SIGTERM, _terminate)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -359,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         if not os.listdir(workdir) and args.workdir is None:
             os.rmdir(workdir)
     return 1 if any(r.verdict == "FAIL" for r in records) else 0
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 _STDERR_MOVED: list[Path] = []

@@ -148,7 +148,8 @@ class ExecutorCheckpoints:
             self.restores += had_state  # a task that came back from a checkpoint, not a first start
             self._manager.note_restored(task, epoch, had_state)
             bolt.init_state(state)
-            bolt._state_restored(state)
+            if task in self._ex.windows:  # a windowed task's windows are in its state too
+                self._ex.windows[task].load(state)
         self.restored.set()
 
     # --- the executor's batches -----------------------------------------------------------------
@@ -235,9 +236,10 @@ class ExecutorCheckpoints:
     def _encode(self, task: int, epoch: int) -> tuple[bool, list[bytes]]:
         """Run the bolt's hooks and encode its changes (or, now and then, the whole state) as ``epoch``."""
         bolt = self._ex.bolts[task]
-        bolt._state_saving(epoch)
-        bolt.pre_prepare(epoch)
         state = self.states[task]
+        if task in self._ex.windows:  # first what the window engine holds in memory
+            self._ex.windows[task].save(state, epoch)
+        bolt.pre_prepare(epoch)
         store = self.stores[task]
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
@@ -283,7 +285,8 @@ class ExecutorCheckpoints:
             if store.committed() < epoch:
                 store.mark_committed(epoch)
             self.states[task].restore(data)
-            bolt._state_restored(self.states[task])
+            if task in self._ex.windows:
+                self._ex.windows[task].load(self.states[task])
             self._keys_since_full[task] = 0
             self.done[task] = epoch
         self.rollbacks += 1

@@ -40,6 +40,7 @@ from spark_storm.worker.emitter import Emitter
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.stats import TaskStats
+from spark_storm.worker.windows import WindowedBatchBolt, WindowedBolt, WindowEngine, window_engine
 
 if TYPE_CHECKING:
     from spark_storm.worker.state import WorkerState
@@ -82,6 +83,9 @@ class Executor:
         self.bolts: dict[int, Any] = {t: bolt_cls() for t in spec.tasks}
         self.stats: dict[int, TaskStats] = {t: TaskStats() for t in spec.tasks}
         self.collectors: dict[int, Any] = {}
+        #: The window engines of windowed tasks (Storm's WindowedBoltExecutor): they take the
+        #: task's input and call the bolt's execute_window.  Set whole once prepared.
+        self.windows: dict[int, WindowEngine[Any]] = {}
         self.emitter = Emitter(host, spec.component, self.stats)
         self.active = threading.Event()
         self._stop = threading.Event()
@@ -148,13 +152,18 @@ class Executor:
         plan = self.host.plan
         topo = plan.topology
         tasks = tuple(plan.component_tasks[self.component.id])
+        windows: dict[int, WindowEngine[Any]] = {}
         for task, bolt in self.bolts.items():
             ctx = TopologyContext(
                 topo.name, self.component.id, task, tasks, dict(self.component.outputs), str(self.host.slot), plan
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
+            if isinstance(bolt, (WindowedBolt, WindowedBatchBolt)):
+                windows[task] = engine = window_engine(bolt, self.conf, ctx, collector)
+                collector = engine.anchoring
             bolt.prepare(self.conf, ctx, collector)
+        self.windows = windows
         if self.checkpoints is not None:
             self.checkpoints.restore_all()
         self.emitter.flush()
@@ -263,7 +272,7 @@ class Executor:
 
     def _window_metrics(self) -> WindowMetrics | None:
         """Return the windowed tasks' counters summed, with the lowest watermark (None: not windowed)."""
-        per = [b.window_metrics() for b in self.bolts.values() if hasattr(b, "window_metrics")]
+        per = [engine.metrics() for engine in self.windows.values()]
         if not per:
             return None
         marks = [m["watermark_ms"] for m in per]
@@ -300,7 +309,8 @@ class TupleExecutor(Executor):
     def _run_tuples(self, task: int, tuples: list[Tuple], tick: bool = False) -> None:
         if not tuples:
             return
-        execute = self.bolts[task].execute
+        engine = self.windows.get(task)
+        execute = self.bolts[task].execute if engine is None else engine.execute
         stats = self.stats[task]
         start = _now()
         try:
@@ -398,9 +408,10 @@ class BatchExecutor(Executor):
 
     def _run_batch(self, task: int, batch: ColumnarBatch, tick: bool = False) -> None:
         stats = self.stats[task]
+        engine = self.windows.get(task)
         start = _now()
         try:
-            self.bolts[task].execute_batch(batch)
+            (self.bolts[task].execute_batch if engine is None else engine.execute)(batch)
         except Exception as exc:
             self._bolt_error(task, batch, exc)
         elapsed = _now() - start
@@ -454,9 +465,6 @@ def make_executor(
 
 def _check_window(component: Component, bolt_cls: Any, conf: Mapping[str, Any]) -> None:
     """Check that a window spec has a windowed bolt and a windowed bolt a spec (ConfigError naming the fix)."""
-    from spark_storm.worker.windowed import WindowedBolt
-    from spark_storm.worker.windowed_batch import WindowedBatchBolt
-
     windowed = isinstance(bolt_cls, type) and issubclass(bolt_cls, (WindowedBolt, WindowedBatchBolt))
     spec = window_spec(component.conf, f"component {component.id!r}", conf)
     if spec is not None and not windowed:

@@ -51,13 +51,6 @@ class StatefulComponent:
     def pre_rollback(self) -> None:
         """Prepare for the state to be rolled back to the last committed epoch (and the input since replayed)."""
 
-    # The engine's own hooks (windowed bolts keep their windows in the state through these).
-    def _state_restored(self, state: KeyValueState) -> None:
-        """After ``init_state`` and after every rollback: ``state`` holds the committed epoch."""
-
-    def _state_saving(self, txid: int) -> None:
-        """Before ``pre_prepare(txid)``: put into the state what is held in memory."""
-
 
 class StatefulBolt(StatefulComponent, Bolt):
     """A tuple bolt with a :class:`KeyValueState` (``init_state``) that is exact through failures."""

@@ -1,14 +1,17 @@
 """Windows: a one-task harness for the window engines, and Spark's semantics computed by hand.
 
-The harness runs a real windowed bolt class with a real plan, context and KeyValueState;
-what it stands in for is the executor (it calls ``execute`` / ``execute_batch``) and the
-checkpoint machinery (``checkpoint`` snapshots the state as a committed epoch would be,
-``restart`` builds a fresh bolt from such a snapshot, as a restarted worker does).
+The harness runs a real windowed bolt class in a real executor (a WorkerState with the
+``local`` transport and ``memory`` state, the executor built but not started: the harness is
+its thread), so the task's input, ticks, checkpoints and rollbacks take the executor's own
+paths; only the task's collector is a :class:`Recorder`.  ``checkpoint`` sends the epoch's
+barrier from every upstream task and commits what the executor wrote, ``restart`` builds a
+new worker on the same (kept) store, as a restarted worker finds its durable one.
 """
 
 from __future__ import annotations
 
 import random
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -18,12 +21,18 @@ import pyarrow as pa
 import yaml
 
 from spark_storm.codec.columnar import ColumnarBatch
-from spark_storm.codec.tuples import TICK_SOURCE, Tuple, TupleSource
+from spark_storm.codec.tuples import Barrier, Tuple, TupleSource
+from spark_storm.config import Config
+from spark_storm.reports import WindowMetrics
+from spark_storm.state import StateBackend
 from spark_storm.state.files import EmbeddedBackend
 from spark_storm.state.kv import KeyValueState
 from spark_storm.topology.assignment import Plan, plan
 from spark_storm.topology.model import Input, TopologyBuilder
-from spark_storm.worker.bolt import BatchOutputCollector, OutputCollector, TopologyContext
+from spark_storm.worker.bolt import BatchOutputCollector, OutputCollector
+from spark_storm.worker.executor import Executor
+from spark_storm.worker.settings import WorkerSettings
+from spark_storm.worker.state import WorkerState
 
 FIELDS = ("ts", "user", "v")
 OUT = ("start", "end", "key", "count", "id")
@@ -86,28 +95,55 @@ class Harness:
         self.plan = plan(self.topology, "127.0.0.1:6700")
         self.component = self.topology.components["w"]
         # the watermark at every tuple (Storm's) unless a test asks for it at checkpoint epochs
-        self.conf = {"topology.bolts.watermark.at.epochs": False, **self.topology.conf, **self.component.conf}
+        self.conf = Config.of(
+            {
+                "storm.messaging.transport": "local",
+                "topology.state.provider": "memory",
+                "record.dir": ".",
+                "topology.bolts.watermark.at.epochs": False,
+            }
+        )
         self.sources = {
             name: TupleSource(name, self.plan.component_tasks[name][0], "default", fields) for name in sources
         }
         self.source = self.sources[sources[0]]
         self.task = self.plan.component_tasks["w"][0]
-        self.checkpoints: dict[int, dict[Any, Any]] = {}
-        self.start(KeyValueState())
+        self.start(None)
 
-    def start(self, state: KeyValueState) -> None:
-        from spark_storm.topology.model import resolve_class
-
-        cls = resolve_class(self.component.bolt, "bolt")
-        self.bolt = cls()
+    def start(self, backend: StateBackend | None) -> None:
+        """Build the worker and the task's executor, and prepare it (the bolt, its window engine, its state)."""
+        slot = self.plan.task_slot[self.task]
+        worker = WorkerState(self.plan, slot, self.conf, WorkerSettings.from_conf(self.conf), lambda *a, **k: None)
+        manager = worker.checkpoints
+        assert manager is not None, "a windowed topology is stateful"
+        if backend is not None:
+            manager.backend = backend  # the store a restarted worker finds (memory stands for durable here)
+        weakref.finalize(self, manager.writer.close, 5.0)
+        [spec] = [s for s in self.plan.executors_of(slot) if s.component == "w"]
+        executor = worker.build_executor(spec)
         self.out = Recorder()
-        ctx = TopologyContext(
-            "windows", "w", self.task, (self.task,), dict(self.component.outputs), "127.0.0.1:6700", self.plan
-        )
-        self.bolt.prepare(self.conf, ctx, self.out)
-        self.state = state
-        self.bolt.init_state(state)
-        self.bolt._state_restored(state)
+        executor._make_collector = lambda task: self.out  # type: ignore[method-assign]
+        executor._prepare()
+        self.worker, self.manager, self.executor = worker, manager, executor
+
+    @property
+    def bolt(self) -> Any:
+        return self.executor.bolts[self.task]
+
+    @property
+    def state(self) -> KeyValueState:
+        assert self.executor.checkpoints is not None
+        return self.executor.checkpoints.states[self.task]
+
+    def _process(self, payload: Any) -> None:
+        """Give the executor one queue item for the task, as its loop does; a bolt error fails the test."""
+        executor: Executor = self.executor
+        assert executor.checkpoints is not None
+        errors = executor.stats[self.task].errors
+        executor.checkpoints.process([(self.task, payload)])
+        executor.emitter.flush()
+        if executor.stats[self.task].errors != errors:
+            raise AssertionError(self.worker.errors[-1]["error"])
 
     def send(self, rows: Iterable[Sequence[Any]], source: str | None = None, task: int = 0) -> None:
         """Feed ``rows`` from ``source``'s ``task``-th task (its first by default)."""
@@ -115,8 +151,7 @@ class Harness:
         if task:
             name = origin.component
             origin = TupleSource(name, self.plan.component_tasks[name][task], "default", origin.fields)
-        for row in rows:
-            self.bolt.execute(Tuple(list(row), origin))
+        self._process([Tuple(list(row), origin) for row in rows])
 
     def send_batch(self, rows: Sequence[Sequence[Any]], schema: pa.Schema | None = None) -> None:
         columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [() for _ in self.source.fields]
@@ -124,32 +159,45 @@ class Harness:
             [pa.array(list(c), type=schema.field(i).type if schema else None) for i, c in enumerate(columns)],
             names=list(self.source.fields),
         )
-        self.bolt.execute_batch(ColumnarBatch(data, self.source))
+        self._process(ColumnarBatch(data, self.source))
 
     def tick(self) -> None:
-        if hasattr(self.bolt, "execute_batch"):
-            self.bolt.execute_batch(ColumnarBatch(pa.record_batch({"ts": [0.0]}), TICK_SOURCE))
-        else:
-            self.bolt.execute(Tuple([0.0], TICK_SOURCE))
+        self.executor._tick()
+        self.executor.emitter.flush()
 
     def checkpoint(self, txid: int) -> dict[Any, Any]:
-        """Write epoch ``txid`` as the checkpoint machinery does; return the state as committed."""
-        self.bolt._state_saving(txid)
-        self.bolt.pre_prepare(txid)
-        self.state.take_changes()
-        snapshot = dict(self.state.snapshot())
-        self.checkpoints[txid] = snapshot
-        return snapshot
+        """Epoch ``txid``: its barrier from every upstream task, the entry written, then committed; the state."""
+        checkpoints = self.executor.checkpoints
+        assert checkpoints is not None
+        upstream = sorted(checkpoints.expected[self.task])
+        checkpoints.process([(self.task, Barrier(txid, self.manager.generation, t)) for t in upstream])
+        self.executor.emitter.flush()
+        assert self.manager.drain_writes(10.0), "the state writer is stuck"
+        store = self.manager.task_store(self.task)
+        assert txid in store.epochs(), f"epoch {txid} was not written (see the log)"
+        store.commit(txid)  # the coordinator's COMMIT
+        return dict(self.state.snapshot())
 
     def restart(self, txid: int) -> None:
-        """A new bolt from the state committed at ``txid`` (a SIGKILLed worker restarted)."""
-        self.start(KeyValueState(self.checkpoints[txid]))
+        """A new worker on the state committed at ``txid``, the last (a SIGKILLed worker restarted)."""
+        backend = self.manager.backend
+        store = backend.task_store(self.task)
+        assert store.committed() == txid, f"a restart finds the last committed epoch, {store.committed()}"
+        store.discard_after(txid)  # what the killed worker wrote since is not committed
+        self.start(backend)
 
     def rollback(self, txid: int) -> None:
-        """The same bolt rolled back in place to ``txid`` (a rollback of a live worker)."""
-        self.bolt.pre_rollback()
-        self.state.restore(self.checkpoints[txid])
-        self.bolt._state_restored(self.state)
+        """The same worker rolled back in place to ``txid`` (the executor's checkpoints' own rollback)."""
+        checkpoints = self.executor.checkpoints
+        assert checkpoints is not None
+        checkpoints.reset()
+        checkpoints.rollback(txid)
+
+    def window_metrics(self) -> WindowMetrics:
+        """The task's window counters, as the executor reports them in /health."""
+        metrics = self.executor.metrics()["windows"]
+        assert metrics is not None
+        return metrics
 
     @property
     def windows(self) -> dict[tuple[int, int, Any], int]:

@@ -238,7 +238,7 @@ def test_health_reads_window_metrics_while_the_executor_changes_the_windows(
     def http(deadline: float) -> None:
         while time.monotonic() < deadline:
             try:
-                harness.bolt.window_metrics()
+                harness.window_metrics()
                 reads[0] += 1
             except RuntimeError as exc:
                 errors.append(repr(exc))

@@ -200,7 +200,7 @@ def test_late_tuples_go_to_the_late_stream_and_are_counted_exactly() -> None:
         newest = max(newest, row[0])
     assert late, "the data must have late events"
     assert h.out.emitted["late"] == late
-    assert h.bolt.window_metrics()["late"] == len(late)
+    assert h.window_metrics()["late"] == len(late)
     assert h.windows == closed(spark_windows(kept, 2000, 2000, key=None), _watermark(rows, lag))
 
 
@@ -220,7 +220,7 @@ def test_a_tuple_without_a_usable_time_is_reported_and_dropped_alone() -> None:
     h = Harness(COUNT, {"length": "1s", "timestamp_field": "ts"})
     h.send([[1000, "a", 0], [None, "a", 1], ["soon", "a", 2], [1500, "a", 3], [2500, "a", 4]])
     assert h.windows == {(1000, 2000, None): 2}
-    assert h.bolt.window_metrics()["bad_times"] == 2
+    assert h.window_metrics()["bad_times"] == 2
     assert "holds None (NoneType)" in h.out.errors[0]
     assert "epoch milliseconds" in h.out.errors[0]
     assert h.out.acked == 5
@@ -244,7 +244,7 @@ def test_each_upstream_task_is_a_channel_of_its_own() -> None:
     assert h.windows == {}  # task 1 has sent nothing yet
     h.send([[1100, "y", 2], [1900, "y", 3], [2500, "y", 4]], task=1)
     assert h.windows == {(1000, 2000, None): 3}
-    assert h.bolt.window_metrics()["late"] == 0
+    assert h.window_metrics()["late"] == 0
 
 
 def test_a_task_idle_for_a_whole_epoch_stops_holding_the_watermark() -> None:
@@ -260,7 +260,7 @@ def test_a_task_idle_for_a_whole_epoch_stops_holding_the_watermark() -> None:
     assert (3000, 4000, None) in h.windows
     assert (4000, 5000, None) not in h.windows  # task 1 (at 4000) holds it
     h.send([[2000, "y", 5]], task=1)  # older than the watermark (3000 - 0): late
-    assert h.bolt.window_metrics()["late"] == 1
+    assert h.window_metrics()["late"] == 1
 
 
 def test_with_checkpoints_the_watermark_moves_at_epochs_as_sparks_between_batches() -> None:
@@ -274,7 +274,7 @@ def test_with_checkpoints_the_watermark_moves_at_epochs_as_sparks_between_batche
     h.tick()
     assert h.windows == {(1000, 2000, None): 2, (2000, 3000, None): 1, (4000, 5000, None): 1, (6000, 7000, None): 1}
     h.send([[6500, "x", 9], [7100, "x", 10]])  # the next batch: 6500 < 7000, the watermark: late
-    assert h.bolt.window_metrics()["late"] == 1
+    assert h.window_metrics()["late"] == 1
     h.checkpoint(2)
     h.send([[9000, "x", 11]])
     h.checkpoint(3)
@@ -398,7 +398,7 @@ def test_batch_windows_equal_sparks_with_panes_combined(shape: tuple[int, int]) 
     got = {(r[0], r[1], r[2]): r[3] for r in h.out.emitted["default"]}
     assert got == closed(spark_windows(rows, length, slide), _watermark(rows, 1000))
     assert h.out.acked == len(rows)
-    held = h.bolt.window_metrics()["held"]
+    held = h.window_metrics()["held"]
     assert held <= 3 * (length // slide + 2) * 3, f"{held} rows held: sealed panes are combined per key"
 
 

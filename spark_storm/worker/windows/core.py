@@ -1,4 +1,4 @@
-"""What tuple and batch windows share: event time, watermarks, which windows are due, sessions.
+"""The core every window engine stands on: event time, watermarks, which windows are due, sessions.
 
 Windows are aligned as Spark's ``window()`` aligns them: a window of length ``L`` sliding by
 ``S`` covers ``[s, s + L)`` for every ``s`` that is a multiple of ``S`` (epoch milliseconds).
@@ -20,6 +20,10 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Generic, TypeVar
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from spark_storm.errors import WindowError
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "Watermark",
     "due_starts",
     "event_ms",
+    "event_ms_array",
     "first_open_start",
     "next_end",
 ]
@@ -63,6 +68,37 @@ def event_ms(value: Any, field: str) -> int:
     msg = (
         f"event time field {field!r} holds {value!r} ({type(value).__name__}); it must be a timestamp "
         "(Spark's TimestampType) or epoch milliseconds (an integer)"
+    )
+    raise WindowError(msg)
+
+
+def event_ms_array(column: pa.Array | pa.ChunkedArray, field: str) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Return a timestamp or integer column as epoch milliseconds (int64; nulls must be gone).
+
+    Raises
+    ------
+    WindowError
+        A column of another type, naming the field, its type and the fix.
+    """
+    kind = column.type
+    if pa.types.is_timestamp(kind):
+        raw = pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False)
+        unit = kind.unit
+        if unit == "s":
+            return raw * 1000  # type: ignore[no-any-return]
+        if unit == "us":
+            return raw // 1000  # type: ignore[no-any-return]
+        if unit == "ns":
+            return raw // 1_000_000  # type: ignore[no-any-return]
+        return raw  # type: ignore[no-any-return]
+    if pa.types.is_integer(kind):
+        return pc.cast(column, pa.int64()).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+    if pa.types.is_floating(kind):
+        floats = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+        return np.floor(floats).astype(np.int64)
+    msg = (
+        f"event time field {field!r} is of type {kind}; it must be a timestamp (Spark's TimestampType) "
+        "or epoch milliseconds (an integer column)"
     )
     raise WindowError(msg)
 
@@ -214,10 +250,11 @@ class Sessions(Generic[P]):
         self.by_key: dict[Any, list[Session[P]]] = {}
         self._heap: list[tuple[int, int, Session[P]]] = []
         self._seq = 0
+        self._open = 0  # kept as sessions open and close: metrics() reads it from HTTP threads
         self.dirty: set[Any] = set()
 
     def __len__(self) -> int:
-        return sum(len(v) for v in list(self.by_key.values()))  # read by HTTP threads too: a copy
+        return self._open
 
     def place(self, key: Any, ts: int) -> Session[P] | None:
         """Return the open session of ``key`` that an event at ``ts`` joins, or None (a new one)."""
@@ -238,6 +275,7 @@ class Sessions(Generic[P]):
         session = Session(key, start, last, payload)
         sessions = self.by_key.setdefault(key, [])
         sessions.append(session)
+        self._open += 1
         if len(sessions) > 1 and sessions[-2].start > start:
             sessions.sort(key=lambda s: s.start)
         self._merge_around(key, session)
@@ -271,6 +309,7 @@ class Sessions(Generic[P]):
                 session.payload = self._join(session.payload, other.payload)
                 other.alive = False
                 sessions.remove(other)
+                self._open -= 1
                 merged = True
         return merged
 
@@ -298,13 +337,9 @@ class Sessions(Generic[P]):
             session.alive = False
             sessions = self.by_key[session.key]
             sessions.remove(session)
+            self._open -= 1
             if not sessions:
                 del self.by_key[session.key]
             self.dirty.add(session.key)
             out.append(session)
         return out
-
-    def clear(self) -> None:
-        self.by_key.clear()
-        self._heap.clear()
-        self.dirty.clear()
