@@ -93,7 +93,7 @@ from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import BatchOutputCollector, TopologyContext
 from spark_storm.worker.local_cluster import LocalCluster
-from spark_storm.worker.windowed import TupleWindow
+from spark_storm.worker.windows import TupleWindow
 
 EX = "spark_storm.examples"
 NOOP = f"{EX}.noop:NoopBolt"
@@ -293,12 +293,18 @@ def _stop_spy(proc: subprocess.Popen[bytes] | None) -> None:
 #: Where a worker's time goes: the first rule (in this order) with a frame anywhere in a stack takes the sample.
 WHERE: list[tuple[str, tuple[str, ...]]] = [
     ("checkpoint: window state put (KeyValueState.put packs the value to check it)", ("KeyValueState.put",)),
-    ("checkpoint: window state saved, the rest (_state_saving)", ("_state_saving",)),
+    ("checkpoint: window state saved, the rest (WindowEngine.save)", ("WindowEngine.save",)),
     ("checkpoint: changelog entry written (encode_entry, file)", ("FileTaskStore.write", "ExecutorCheckpoints._write")),
     ("checkpoint: the barrier, the rest", ("_on_barrier", "ExecutorCheckpoints._complete")),
     ("input log: accepted messages appended (stateful topology)", ("FileInputLog.append", "CheckpointManager.log")),
-    ("window: firing (seal, combine, execute_window, evict)", ("_fire_panes", "_seal ", "execute_window", "_evict")),
-    ("window: events into panes (time, key, add)", ("_BatchWindows.", "_TupleWindows.", "WindowedB")),
+    (
+        "window: firing (seal, combine, execute_window, evict)",
+        ("Panes.fire ", "Panes.seal ", "execute_window", "Panes.evict "),
+    ),
+    (
+        "window: events into panes (time, key, add)",
+        ("RowEngine.", "ArrowEngine.", "WindowEngine.", "Panes.", "Counts.", "SessionWindows."),
+    ),
     ("fields grouping: hash and split", ("routing.py",)),
     ("pass-through bolt and its emits", ("PassThrough", "TaskCollector.emit", "BatchTaskCollector.emit", "Emitter.")),
     (

@@ -26,8 +26,7 @@ from spark_storm.codec.tuples import Tuple
 from spark_storm.state.kv import KeyValueState
 from spark_storm.worker.bolt import BatchOutputCollector, Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.stateful import StatefulBolt
-from spark_storm.worker.windowed import TupleWindow, WindowedBolt
-from spark_storm.worker.windowed_batch import BatchWindow, WindowedBatchBolt
+from spark_storm.worker.windows import BatchWindow, TupleWindow, WindowedBatchBolt, WindowedBolt
 
 __all__ = ["SplitWithTime", "TopWords", "WindowCount", "WindowCountBatch", "WindowCountTuples", "WindowResults"]
 

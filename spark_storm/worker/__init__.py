@@ -14,8 +14,7 @@ from spark_storm.worker.bolt import (
     TopologyContext,
 )
 from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
-from spark_storm.worker.windowed import TupleWindow, WindowedBolt
-from spark_storm.worker.windowed_batch import BatchWindow, WindowedBatchBolt
+from spark_storm.worker.windows import BatchWindow, TupleWindow, WindowedBatchBolt, WindowedBolt
 from spark_storm.worker.worker import Worker
 
 __all__ = [
