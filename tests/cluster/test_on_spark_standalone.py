@@ -198,3 +198,20 @@ def test_too_few_task_slots_on_a_cluster_is_refused(spark: Any, tmp_path: Path) 
     )
     with pytest.raises(DeployError, match=msg):
         deploy(spark, str(wordcount(tmp_path, "toomany")), workers=6, conf={"storm.spark.deploy.slots.wait.secs": 1})
+
+
+def test_rebalance_starts_and_retires_supervisor_tasks(spark: Any, tmp_path: Path) -> None:
+    with deploy(spark, str(wordcount(tmp_path, "wcrebalance")), workers=1, conf=FAST_DEPLOY) as topo:
+        topo.rebalance(3)
+        grown = topo.status()
+        assert (grown.workers, grown.requested, grown.tasks) == (3, 3, 3), grown
+        assert len({slot.rsplit(":", 1)[1] for slot in topo.workers()}) == 3
+        topo.rebalance(2)
+        wait_until(lambda: topo.status().tasks == 2, what="the retired supervisor task to end", timeout=120)
+        shrunk = topo.status()
+        assert (shrunk.workers, shrunk.requested, shrunk.tasks, shrunk.resubmits) == (2, 2, 2, 0), shrunk
+        assert [j.detail for j in topo._jobs.values() if not j.running] == [
+            "retired (the deployment has fewer workers now)"
+        ]
+        last = processes(topo)
+    wait_all_gone(last, "after stop()")
