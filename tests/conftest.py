@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,13 +13,30 @@ from spark_storm.tools import zookeeper_server
 from spark_storm.tools.kafka_broker import KafkaBroker, default_jars_dir
 from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
+from spark_storm.worker.settings import SWITCH_INTERVAL_ENV, switch_interval_from_env
 from tests.support import ROOT
 from tests.support.tls import Pki, make_pki
 
+# With CI=true a skip no install can fix stays a skip; any other fails (tests/support/skips.py).
+pytest_plugins = ["tests.support.skips"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The library's debug log in every test's captured output."""
+    """The library's debug log in every test's captured output; the race tier's switch interval.
+
+    ``SPARK_STORM_SWITCH_INTERVAL_US`` (scripts/test's race tier sets 1) applies to this process
+    here and, inherited, to every worker process a test starts (WorkerSettings reads it).
+    """
     logging.getLogger("spark_storm").setLevel(logging.DEBUG)
+    interval = switch_interval_from_env()
+    if interval is not None:
+        sys.setswitchinterval(interval)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which GIL switch interval the tests and their workers run at."""
+    override = "" if switch_interval_from_env() is None else f" ({SWITCH_INTERVAL_ENV}, workers too)"
+    return f"GIL switch interval: {sys.getswitchinterval() * 1e6:g} us{override}"
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +114,9 @@ def browser() -> Iterator[Any]:
     chromium = shutil.which("chromium")
     driver_path = shutil.which("chromedriver")
     if chromium is None or driver_path is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/test installs them: apt-get install ...)")
+        pytest.skip(
+            "needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (scripts/test does)"
+        )
     if not (ROOT / "spark_storm" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").exists():
         pytest.fail("uPlot is missing: run scripts/fetch-ui-assets (scripts/setup does)")
     from selenium import webdriver

@@ -10,12 +10,40 @@ configuration.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError
 
-__all__ = ["WorkerSettings"]
+__all__ = ["SWITCH_INTERVAL_ENV", "WorkerSettings", "switch_interval_from_env"]
+
+#: Overrides ``topology.worker.switch.interval.ms`` in every worker process started with it in
+#: its environment, in microseconds (below the key's 10 us floor).  The race tier of scripts/test
+#: sets 1 so a buffer two threads share breaks in CI; tests/conftest.py applies it to the pytest
+#: process too.  Workers started by a local cluster or a supervisor inherit it.
+SWITCH_INTERVAL_ENV = "SPARK_STORM_SWITCH_INTERVAL_US"
+
+
+def switch_interval_from_env() -> float | None:
+    """Return the switch interval in seconds that :data:`SWITCH_INTERVAL_ENV` asks for, or None if unset.
+
+    Raises
+    ------
+    ConfigError
+        The variable is not a number of microseconds in (0, 1000000].
+    """
+    raw = os.environ.get(SWITCH_INTERVAL_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        micros = float(raw)
+    except ValueError:
+        micros = -1.0
+    if not 0 < micros <= 1_000_000:
+        msg = f"{SWITCH_INTERVAL_ENV}={raw!r}: give the GIL switch interval in microseconds, above 0, at most 1000000"
+        raise ConfigError(msg)
+    return micros / 1_000_000
 
 
 @dataclass(frozen=True)
@@ -93,10 +121,16 @@ class WorkerSettings:
             quiet_s=conf.get_int("topology.worker.shutdown.quiet.ms", minimum=0) / 1000,
             ready_timeout_s=conf.get_int("topology.worker.connections.ready.timeout.ms", minimum=0) / 1000,
             gc_threshold=conf.get_int("topology.worker.gc.threshold", minimum=0),
-            switch_interval_s=(
-                None
-                if conf["topology.worker.switch.interval.ms"] is None
-                else conf.get_float("topology.worker.switch.interval.ms", minimum=0.01, maximum=1000) / 1000
-            ),
+            switch_interval_s=_switch_interval(conf),
             message_timeout_s=conf.get_int("topology.message.timeout.secs", minimum=1),
         )
+
+
+def _switch_interval(conf: Config) -> float | None:
+    """Return the process's switch interval: the environment's override (the race tier), else the key's."""
+    from_env = switch_interval_from_env()
+    if from_env is not None:
+        return from_env
+    if conf["topology.worker.switch.interval.ms"] is None:
+        return None
+    return conf.get_float("topology.worker.switch.interval.ms", minimum=0.01, maximum=1000) / 1000

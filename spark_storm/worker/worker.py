@@ -182,7 +182,8 @@ class Worker:
           second (``topology.worker.gc.threshold``; 0 leaves the default);
         * the GIL's switch interval (``topology.worker.switch.interval.ms``; null leaves
           Python's 5 ms): how long a thread that became runnable may wait for another that
-          holds the interpreter — lower it for latency, at some cost in throughput.
+          holds the interpreter — lower it for latency, at some cost in throughput.  The
+          environment's ``SPARK_STORM_SWITCH_INTERVAL_US`` overrides it (the race tier).
         """
         if self.settings.gc_threshold:
             gc.collect()
@@ -191,6 +192,7 @@ class Worker:
             gc.set_threshold(self.settings.gc_threshold, gen1, gen2)
         if self.settings.switch_interval_s is not None:
             sys.setswitchinterval(self.settings.switch_interval_s)
+            logger.info("worker %s: GIL switch interval %g s", self.slot, sys.getswitchinterval())
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""

@@ -51,7 +51,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="Debian's redis-server is not installed")
+@pytest.mark.skipif(
+    shutil.which("redis-server") is None,
+    reason="redis-server is not installed: apt-get install redis-server (scripts/test does)",
+)
 def test_redis_start_status_stop_by_pid(tmp_path: Path) -> None:
     import redis
 

@@ -164,7 +164,9 @@ def _storm_resources(tmp: Path) -> None:
 def test_storms_own_children_under_storms_own_flux_file(tmp: Path) -> None:
     """flux-examples' multilang.yaml unchanged: node randomsentence.js (ShellSpout) -> python3 splitsentence.py."""
     if shutil.which("node") is None or shutil.which("python3") is None:
-        pytest.skip("node and python3 are needed for Storm's JavaScript spout and Python bolt")
+        pytest.skip(
+            "node and python3 are needed for Storm's JavaScript spout and Python bolt: apt-get install nodejs python3"
+        )
     _storm_resources(tmp)
     shutil.copy(FLUX / "multilang.yaml", tmp / "multilang.yaml")
     cluster = LocalCluster(str(tmp / "multilang.yaml"), 1)

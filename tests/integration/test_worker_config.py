@@ -15,6 +15,7 @@ from spark_storm.config import load_config
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker import Worker
+from spark_storm.worker.settings import SWITCH_INTERVAL_ENV
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -108,3 +109,26 @@ def test_a_worker_thread_that_dies_stops_the_worker_with_the_error(tmp_path: Pat
         assert "disk on fire" in worker.stop_reason
     finally:
         assert worker.stop(10)
+
+
+def test_the_race_tiers_switch_interval_reaches_a_worker_process_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(TOPOLOGY)
+    port = free_ports(1)[0]
+    cmd = [sys.executable, "-m", "spark_storm.cli", "--log-level", "INFO", "worker", "--topology", str(topo)]
+    cmd += ["--port", str(port), "--workers", f"127.0.0.1:{port}", "--set", f"worker.heartbeat.dir={tmp_path}"]
+    cmd += ["--set", "topology.worker.metrics.port=-1", "--set", "topology.worker.switch.interval.ms=2"]
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, SWITCH_INTERVAL_ENV: "1"}
+        )
+    try:
+        wait_until(lambda: "GIL switch interval" in log.read_text(), what="the worker to tune itself", interval=0.05)
+        assert f"worker 127.0.0.1:{port}: GIL switch interval 1e-06 s" in log.read_text()  # the environment wins
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0, log.read_text()
+    out = _worker(tmp_path, env={SWITCH_INTERVAL_ENV: "0"})
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"spark-storm: {SWITCH_INTERVAL_ENV}='0'"), out.stderr

@@ -98,7 +98,7 @@ class Network:
 def namespaces_unavailable() -> str | None:
     """Return why namespaces cannot be used here, or None when they can."""
     if shutil.which("ip") is None:
-        return "no `ip` command (iproute2) to create network namespaces"
+        return "no `ip` command to create network namespaces: apt-get install iproute2 (scripts/test does)"
     name = f"sstprobe{uuid.uuid4().hex[:6]}"
     got = ip("netns", "add", name, check=False)
     if got.returncode != 0:
