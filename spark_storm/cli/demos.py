@@ -103,6 +103,9 @@ def spark_demo(args: argparse.Namespace) -> int:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2
     if args.windows:
+        if args.on_spark:
+            print("spark-storm demo: --on-spark hosts the wordcount demo; drop --windows", file=sys.stderr)
+            return 2
         if args.arrow:
             print("spark-storm demo: --windows runs the tuple topology; drop --arrow", file=sys.stderr)
             return 2
@@ -126,4 +129,5 @@ def spark_demo(args: argparse.Namespace) -> int:
         arrow=args.arrow,
         verbose=args.verbose,
         kill_worker=args.kill_worker,
+        on_spark=args.on_spark,
     )

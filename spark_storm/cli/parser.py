@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     sdemo.add_argument(
         "--kill-worker", action="store_true", help="SIGKILL a worker half-way and restart it: the counts stay exact"
     )
+    sdemo.add_argument(
+        "--on-spark",
+        action="store_true",
+        help="host the workers as tasks of the demo's own Spark (deploy(); nimbus and ZooKeeper on the driver)",
+    )
     sdemo.set_defaults(func=demos.spark_demo)
     demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
     demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))

@@ -28,6 +28,10 @@ from spark_storm.topology.assignment import Slot
 __all__ = ["close_sessions", "current_assignment"]
 
 logger = logging.getLogger(__name__)
+# Writers run in Spark's Python workers, where logging is not configured: without a handler of its
+# own, kazoo's reconnect warnings would reach stderr (Python's last-resort handler) every second
+# while a cluster is away.  A process that configures logging still gets them.
+logging.getLogger("kazoo").addHandler(logging.NullHandler())
 
 _LOCK = threading.Lock()
 _SESSIONS: dict[tuple[str, str], ClusterState] = {}

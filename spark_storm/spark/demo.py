@@ -12,10 +12,15 @@ words from the committed state, the check that every row sent was processed (whe
 worker was killed: a killed worker's input is replayed), and ``counts exact: OK`` when
 the committed counts equal the counts Spark computes from the same sentences.  Spark's
 own console output (progress bar, INFO/WARN log) is off unless ``--verbose``.
+
+``--on-spark`` hosts the workers in the demo's own Spark instead (``deploy()``: one
+supervisor task per worker in ``local[workers + 1]``, nimbus and ZooKeeper on the driver),
+fed through ZooKeeper; ``--kill-worker`` then SIGKILLs a supervisor task and Spark runs it again.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import tempfile
 import threading
@@ -28,10 +33,13 @@ from typing import Any
 import yaml
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_storm.cluster.state import ClusterState
 from spark_storm.config import default_config
 from spark_storm.errors import StormError
 from spark_storm.reports import WorkerMetrics
+from spark_storm.spark.deploy import Deployment, deploy
 from spark_storm.spark.session import local_session
+from spark_storm.topology import Plan, Slot, Topology, load_topology, parse_slots, plan
 from spark_storm.ui import serve_local_ui
 from spark_storm.worker.local_cluster import LocalCluster
 
@@ -81,7 +89,45 @@ class _Sent(StreamingQueryListener):
         return None
 
 
-def _health(cluster: LocalCluster) -> list[WorkerMetrics]:
+class _Hosted:
+    """The demo's workers as its own Spark hosts them (``deploy()``), asked what a LocalCluster answers."""
+
+    def __init__(self, topo: Deployment, topology: Topology) -> None:
+        self.topo = topo
+        self.topology = topology
+        self._plan: Plan | None = None
+
+    @property
+    def plan(self) -> Plan:
+        """The current assignment's plan; after stop() the last one seen (its tasks are the topology's)."""
+        if self.topo.state in ("starting", "running"):
+            self._plan = self.topo.plan() or self._plan
+        return self._plan or plan(self.topology, "127.0.0.1:1")
+
+    @property
+    def slots(self) -> list[Slot]:
+        workers = self.topo.workers()
+        return parse_slots(",".join(workers)) if workers else []
+
+    def health(self, slot: Slot, timeout: float = 5.0) -> WorkerMetrics:
+        metrics = self.topo.worker_metrics(timeout).get(str(slot))
+        if metrics is None:
+            msg = f"worker {slot} of {self.topology.name} does not answer yet"
+            raise StormError(msg)
+        return metrics
+
+    def kill(self, slot: Slot) -> None:
+        """SIGKILL the supervisor task (Spark's Python worker) that runs ``slot``: Spark runs the task again."""
+        with ClusterState(self.topo.zookeeper, self.topo.settings) as state:
+            pids = [info.pid for info in state.supervisors().values() if slot in info.slots]
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+
+
+Workers = LocalCluster | _Hosted
+
+
+def _health(cluster: Workers) -> list[WorkerMetrics]:
     out = []
     for slot in cluster.slots:
         try:
@@ -123,7 +169,7 @@ def _stop_between_batches(query: Any, listener: _Sent, timeout: float = 60.0) ->
     return between
 
 
-def _drained(cluster: LocalCluster, sent: int, timeout: float = 60.0) -> int:
+def _drained(cluster: Workers, sent: int, timeout: float = 60.0) -> int:
     """Wait until every queue is empty and the entry bolts acked ``sent`` rows (or timeout)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -146,9 +192,7 @@ def _topology(work: Path, arrow: bool) -> Path:
     return path
 
 
-def _start_query(
-    spark: Any, corpus: list[str], rate: int, topo_path: Path, cluster: LocalCluster, work: Path, listener: _Sent
-) -> Any:
+def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str], work: Path, listener: _Sent) -> Any:
     from pyspark.sql import functions as F
 
     sentences = F.array(*[F.lit(s) for s in corpus])
@@ -161,8 +205,7 @@ def _start_query(
     spark.streams.addListener(listener)
     query = (
         df.writeStream.format("storm")
-        .option("topology", str(topo_path))
-        .option("workers", cluster.workers_arg)
+        .options(**target)
         .option("checkpointLocation", str(work / "checkpoint"))
         .trigger(processingTime=f"{TRIGGER_S:g} second")
         .start()
@@ -171,17 +214,19 @@ def _start_query(
     return query
 
 
-def _kill_one(cluster: LocalCluster) -> str:
-    """SIGKILL a worker that runs a source task, and restart it (what a supervisor does)."""
-    plan = cluster.plan
-    hosting = {plan.task_slot[t] for t in plan.component_tasks["sentences"]}
+def _kill_one(cluster: Workers) -> str:
+    """SIGKILL a worker that runs a source task, and restart it (what a supervisor does); hosted: its task."""
+    the_plan = cluster.plan
+    hosting = {the_plan.task_slot[t] for t in the_plan.component_tasks["sentences"]}
     victim = next(s for s in cluster.slots if s in hosting)
     cluster.kill(victim)
-    cluster.start_worker(victim)
-    return str(victim)
+    if isinstance(cluster, LocalCluster):
+        cluster.start_worker(victim)
+        return f"worker {victim}"
+    return f"the supervisor task of worker {victim} (Spark runs it again)"
 
 
-def _stream(query: Any, cluster: LocalCluster, listener: _Sent, seconds: float, kill_worker: bool = False) -> bool:
+def _stream(query: Any, cluster: Workers, listener: _Sent, seconds: float, kill_worker: bool = False) -> bool:
     """Print progress every second for ``seconds`` (and until a micro-batch with data went through).
 
     Returns whether a worker was killed (``kill_worker``: half-way, once data flows).
@@ -206,7 +251,7 @@ def _stream(query: Any, cluster: LocalCluster, listener: _Sent, seconds: float, 
         if kill_worker and not killed and listener.rows and now - started >= seconds / 2:
             victim = _kill_one(cluster)
             killed = True
-            print(f"t={now - started:5.1f}s  SIGKILLed worker {victim} and restarted it", flush=True)
+            print(f"t={now - started:5.1f}s  SIGKILLed {victim} and restarted it", flush=True)
         print(
             f"t={now - started:5.1f}s  sent {listener.rows:>9,} rows  | tuples/s"
             f"  sentences {rates['sentences']:>9,.0f}"
@@ -217,7 +262,7 @@ def _stream(query: Any, cluster: LocalCluster, listener: _Sent, seconds: float, 
     return killed
 
 
-def _committed_counts(work: Path, cluster: LocalCluster) -> Counter[str]:
+def _committed_counts(work: Path, cluster: Workers) -> Counter[str]:
     """Every count task's committed state, merged (read from the embedded backend's files)."""
     from spark_storm.state.files import EmbeddedBackend
 
@@ -254,6 +299,7 @@ def run_demo(
     arrow: bool = False,
     verbose: bool = False,
     kill_worker: bool = False,
+    on_spark: bool = False,
 ) -> int:
     """Run the demo; return 0 when every sentence sent was processed and the committed counts are exact."""
     rate = rows_per_second or (ARROW_RATE if arrow else TUPLE_RATE)
@@ -261,6 +307,8 @@ def run_demo(
     corpus = resources.files("spark_storm.examples").joinpath("corpus.txt").read_text(encoding="utf-8").splitlines()
     topo_path = _topology(work, arrow)
     kind = "columnar (batch bolts)" if arrow else "tuple"
+    if on_spark:
+        return _run_on_spark(seconds, rate, workers, work, corpus, topo_path, kind, verbose, kill_worker)
     print(f"starting {workers} workers of the {kind} wordcount topology ...", flush=True)
     cluster = LocalCluster(str(topo_path), workers, work_dir=work / "workers")
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
@@ -275,7 +323,8 @@ def run_demo(
         print(f"UI: {ui.url}topology.html?id={cluster.topology.name}  (live while the demo runs)", flush=True)
         print(f"starting Spark (local[2]), streaming {rate:,} sentences/s ...", flush=True)
         spark = local_session("spark-storm-demo", master="local[2,4]", quiet=not verbose)
-        query = _start_query(spark, corpus, rate, topo_path, cluster, work, listener)
+        target = {"topology": str(topo_path), "workers": cluster.workers_arg}
+        query = _start_query(spark, corpus, rate, target, work, listener)
         killed = _stream(query, cluster, listener, seconds, kill_worker)
     finally:
         if query is not None:
@@ -290,6 +339,22 @@ def run_demo(
         processed = _drained(cluster, listener.rows)
         codes = cluster.stop()
         ui.close()
+    exited = all(c == 0 for c in codes.values())
+    return _report(work, cluster, listener, processed, exact, between, killed, exited, _logs_line(cluster, codes))
+
+
+def _report(
+    work: Path,
+    cluster: Workers,
+    listener: _Sent,
+    processed: int,
+    exact: Counter[str] | None,
+    between: bool,
+    killed: bool,
+    exited: bool,
+    where: str,
+) -> int:
+    """Print the committed top words and the closing checks; 0 when sent == processed and the counts are exact."""
     sent = listener.rows
     committed = _committed_counts(work, cluster)
     print("\ntop words (committed state):")
@@ -300,8 +365,7 @@ def run_demo(
         f"\nsentences sent by Spark: {sent:,}; micro-batches: {listener.batches} ({listener.slow} slower than "
         f"the {TRIGGER_S:g} s trigger); processed by the topology: {processed:,}; words counted: {words:,}"
     )
-    exited = all(c == 0 for c in codes.values())
-    logs = f" (see {_logs_line(cluster, codes)})"
+    logs = f" (see {where})"
     if not between:
         # The stopped batch's rows reached the workers without a progress event from Spark.
         print(
@@ -322,6 +386,59 @@ def run_demo(
         print(f"counts exact: MISMATCH in {len(wrong)} words, e.g. {wrong[:5]}" + logs)
         ok = False
     return 0 if ok else 1
+
+
+def _run_on_spark(
+    seconds: float,
+    rate: int,
+    workers: int,
+    work: Path,
+    corpus: list[str],
+    topo_path: Path,
+    kind: str,
+    verbose: bool,
+    kill_worker: bool,
+) -> int:
+    """``--on-spark``: the demo's own Spark hosts the workers (``deploy()``), and feeds them through ZooKeeper."""
+    master = f"local[{workers + 1},4]"  # a task slot per worker, and one for the stream
+    print(f"starting Spark ({master}) with {workers} workers of the {kind} wordcount topology as its tasks ...")
+    spark = local_session("spark-storm-demo", master=master, quiet=not verbose)
+    query = None
+    listener = _Sent()
+    killed = False
+    between = True
+    exact: Counter[str] | None = None
+    processed = 0
+    try:
+        topo = deploy(spark, str(topo_path), workers=workers, ui_port=0)
+        hosted = _Hosted(topo, load_topology(topo_path))
+        try:
+            print(hosted.plan.describe(), flush=True)
+            print(
+                f"hosted by Spark: ZooKeeper {topo.zookeeper} (on the driver), workers {', '.join(topo.workers())} "
+                f"(supervisor tasks of Spark job group spark-storm-{topo.name})",
+                flush=True,
+            )
+            print(f"UI: {topo.ui_url}  (live while the demo runs)", flush=True)
+            print(f"streaming {rate:,} sentences/s ...", flush=True)
+            target = {"topology": topo.name, "zookeeper": topo.zookeeper}
+            query = _start_query(spark, corpus, rate, target, work, listener)
+            killed = _stream(query, hosted, listener, seconds, kill_worker)
+        finally:
+            if query is not None:
+                print("stopping the query between two micro-batches ...", flush=True)
+                between = _stop_between_batches(query, listener)
+            if listener.rows:
+                print("Spark counts the words of the same sentences ...", flush=True)
+                exact = _exact_counts(spark, corpus, listener.rows)
+            print("letting the workers drain what they accepted ...", flush=True)
+            processed = _drained(hosted, listener.rows)
+            print("stopping the topology and its Spark tasks ...", flush=True)
+            topo.stop()
+    finally:
+        spark.stop()
+    where = "the worker logs in the supervisor tasks' folders under Spark's local dir"
+    return _report(work, hosted, listener, processed, exact, between, killed, topo.state == "stopped", where)
 
 
 def _logs_line(cluster: LocalCluster, codes: dict[Any, int]) -> str:

@@ -75,8 +75,9 @@ from spark_storm.errors import (
     StormError,
     ZooKeeperUnavailableError,
 )
+from spark_storm.reports import WorkerMetrics, metrics_endpoint, read_worker_metrics
 from spark_storm.spark.connect import is_connect
-from spark_storm.topology import Slot, Topology, load_topology, plan
+from spark_storm.topology import Plan, Slot, Topology, load_topology, plan
 from spark_storm.topology.model import resolve_class
 
 __all__ = ["Deployment", "DeploymentStatus", "deploy"]
@@ -309,6 +310,26 @@ class Deployment:
         """``host:port`` of each worker in the current assignment."""
         assignment = self._state().read_assignment(self.name)
         return [str(s) for s in assignment.slots] if assignment else []
+
+    def plan(self) -> Plan | None:
+        """Return the current assignment's plan (tasks and executors per worker slot), None before the first one."""
+        state = self._state()
+        record = state.find_topology(self.name)
+        assignment = state.read_assignment(self.name)
+        if record is None or assignment is None:
+            return None
+        return assignment.plan(record.topology())
+
+    def worker_metrics(self, timeout: float = 5.0) -> dict[str, WorkerMetrics]:
+        """Return each worker's ``/health`` (counters, executors, queues) by ``host:port``; silent ones are left out."""
+        out: dict[str, WorkerMetrics] = {}
+        for slot, heartbeat in self._state().read_heartbeats(self.name).items():
+            endpoint = metrics_endpoint(heartbeat.record, slot.host)
+            if endpoint is None:
+                continue
+            with contextlib.suppress(OSError, StormError):
+                out[str(slot)] = read_worker_metrics(endpoint[0], endpoint[1], timeout)
+        return out
 
     def status(self) -> DeploymentStatus:
         """Return the topology as ``spark-storm list`` shows it, with the Spark side (tasks, retries)."""
@@ -1010,7 +1031,8 @@ def deploy(
     -------
     Deployment
         The handle: ``name``, ``zookeeper``, ``workers()``, ``status()``, ``rebalance()``,
-        ``stop()``, ``wait_running()``; a context manager that stops on exit.
+        ``stop()``, ``wait_running()``, ``plan()``, ``worker_metrics()``; a context manager that
+        stops on exit.
 
     Raises
     ------
