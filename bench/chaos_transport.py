@@ -5,8 +5,8 @@ are tcp clients that, while bench.chaos holds a ``corrupt`` window open
 (:mod:`bench.chaos_plan`), disturb what they send, with the window's chance ``p`` per
 message (per write of the connection for ``frame``):
 
-* ``truncate``: a payload is cut short at a random length (an Arrow payload, now and then,
-  right after its schema message, where the stream still parses);
+* ``truncate``: a payload is cut short at a random length (an Arrow payload, one time in
+  two, right after its schema message: a boundary where the stream still parses);
 * ``garbage``: a payload is replaced by bytes no decoder reads (``0xc1``, msgpack's unused
   code, then random bytes);
 * ``frame``: a malformed frame (an unknown control code) is written before the next chunk,
@@ -56,7 +56,7 @@ def corrupt(payload: bytes, mode: str, rng: random.Random) -> bytes:
     if mode == "garbage" or len(payload) < 2:
         return b"\xc1" + rng.randbytes(rng.randrange(0, 64))
     schema_end = _schema_end(payload)
-    if schema_end is not None and rng.random() < 0.3:
+    if schema_end is not None and rng.random() < 0.5:
         return payload[:schema_end]
     return payload[: rng.randrange(1, len(payload))]
 
