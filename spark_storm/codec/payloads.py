@@ -155,13 +155,22 @@ def columnar_metadata(source_task: int, stream: str, anchors: list[Anchor] | Non
 def read_arrow(payload: bytes) -> tuple[pa.RecordBatch, tuple[int, str, list[Anchor] | None, int] | None]:
     """Decode an Arrow IPC payload: its rows as one record batch, and its ``storm`` origin.
 
-    The batch is validated in full (offsets, UTF-8): the bytes came off a socket.
+    The batch is validated in full (offsets, UTF-8): the bytes came off a socket.  The
+    stream must end with its end-of-stream marker (every writer here, and pyarrow's stream
+    writer once closed, puts it there): a stream cut at a message boundary still parses, with
+    fewer rows or none, and only the missing marker tells.
 
     Raises
     ------
     WireFormatError
-        Not a readable, valid Arrow stream, or bad ``storm`` metadata.
+        Not a readable, valid Arrow stream, one cut short, or bad ``storm`` metadata.
     """
+    if not payload.endswith(_END_OF_STREAM):
+        msg = (
+            f"payload of {len(payload)} bytes is an Arrow IPC stream without its end-of-stream marker: "
+            "it was cut short (a writer closes its stream, which writes the marker)"
+        )
+        raise WireFormatError(msg)
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         schema = reader.schema

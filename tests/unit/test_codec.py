@@ -336,3 +336,16 @@ def test_barriers_and_generations_cross_workers_and_stale_generations_are_droppe
         lambda exc, _payload: bad.append(exc),
     )
     assert len(bad) == 2
+
+
+def test_an_arrow_stream_cut_at_a_message_boundary_is_refused_not_read_as_fewer_rows() -> None:
+    """bench.chaos seed 20 #13: a payload cut right after its schema message parsed as 0 rows (140 lost)."""
+    data = pa.record_batch({"k": ["a", "b"], "v": [1, 2]})
+    schema_only = data.schema.serialize().to_pybytes()
+    whole = arrow_payload(data)
+    assert whole.startswith(schema_only)
+    assert pa.ipc.open_stream(pa.py_buffer(schema_only)).read_all().num_rows == 0  # pyarrow reads it: no error
+    for cut in (schema_only, whole[:-8]):  # after the schema; after the batch, without the end-of-stream marker
+        with pytest.raises(WireFormatError, match="without its end-of-stream marker"):
+            read_arrow(cut)
+    assert read_arrow(whole)[0].num_rows == 2
