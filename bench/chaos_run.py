@@ -318,7 +318,7 @@ class Run:
                 return
             try:
                 future.set_result(fn())
-            except BaseException as exc:  # handed to the thread that asked
+            except Exception as exc:  # handed to the thread that asked (a SIGTERM's SystemExit goes on up)
                 future.set_exception(exc)
 
     def refuse_requests(self) -> None:
