@@ -16,12 +16,13 @@ Spark jobs (:func:`run_hosted_supervisor`; nothing here imports pyspark).  It is
   to the new slot at once instead of after ``storm.zookeeper.session.timeout``.  An attempt
   whose own registration was deleted that way (it was presumed dead) ends.
 * **Ending.** The task returns (its worker stopped by the supervisor's ordered shutdown) when the
-  topology is killed or removed, when the deployment retires its index (a rebalance to fewer
-  workers) or is removed, or when the driver is gone: its lease ``/spark/<name>/driver`` is
-  missing, or (a ZooKeeper ``deploy()`` started, which ends with the driver) ZooKeeper cannot be
-  reached, for ``storm.spark.deploy.driver.timeout.secs``.  If the task's process is killed
-  instead (Spark cancels the job, the executor dies), Linux sends the worker SIGTERM
-  (:mod:`spark_storm.cluster.launch`), so no worker outlives its task either way.
+  topology is killed, or removed once it was there (deploy() submits it when its tasks have
+  registered, so that nimbus's first assignment spreads over all of them), when the deployment
+  retires its index (a rebalance to fewer workers) or is removed, or when the driver is gone:
+  its lease ``/spark/<name>/driver`` is missing, or (a ZooKeeper ``deploy()`` started, which
+  ends with the driver) ZooKeeper cannot be reached, for ``storm.spark.deploy.driver.timeout.secs``.
+  If the task's process is killed instead (Spark cancels the job, the executor dies), Linux sends
+  the worker SIGTERM (:mod:`spark_storm.cluster.launch`), so no worker outlives its task either way.
 
 Secrets stay off command lines: the configuration travels inside the task and reaches the
 worker as a ``--conf`` file readable by its owner only.
@@ -155,6 +156,7 @@ class _Hosting:
         self.session = supervisor.state.session
         self.driver_timeout = conf.get_float("storm.spark.deploy.driver.timeout.secs", minimum=0.0)
         self.own_zookeeper = False
+        self._topology_seen = False  # deploy() submits the topology once its supervisor tasks registered
         self._driver_seen = time.monotonic()
         self._connected_seen = time.monotonic()
 
@@ -186,8 +188,11 @@ class _Hosting:
             if self.session.read(self.session.path(SUPERVISORS, self.supervisor.id)) is None:
                 return "replaced: a newer attempt of this task removed this one's registration"
             topology = self.supervisor.state.find_topology(self.spec.name)
-            if topology is None or topology.status == KILLED:
-                return f"topology {self.spec.name} {'removed' if topology is None else 'killed'}"
+            if topology is not None and topology.status == KILLED:
+                return f"topology {self.spec.name} killed"
+            if topology is None and self._topology_seen:
+                return f"topology {self.spec.name} removed"
+            self._topology_seen = self._topology_seen or topology is not None
             if self.session.read(self.session.path(lease_path(self.spec.name))) is not None:
                 self._driver_seen = now
             elif self.driver_timeout and now - self._driver_seen > self.driver_timeout:

@@ -267,6 +267,7 @@ class Deployment:
         self.ui_url: str | None = None
         self._wanted = workers
         self._launcher = _Launcher(spark, name, profile)
+        self._cpus: int | None = None  # CPUs each worker's task reserves (deploy(cpus_per_worker=...))
         self._jobs: dict[int, _Job] = {}
         self._generations: dict[int, int] = {}
         self._retired: set[int] = set()
@@ -361,8 +362,13 @@ class Deployment:
             The deployment failed or stopped, or ``timeout`` s (default
             ``storm.spark.deploy.timeout.secs``) passed: the message says what is missing.
         """
-        wait = self.conf.get_float("storm.spark.deploy.timeout.secs", minimum=1.0) if timeout is None else timeout
-        deadline = time.monotonic() + wait
+        wait = self._timeout(timeout)
+        return self._await_running(time.monotonic() + wait, wait)
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.conf.get_float("storm.spark.deploy.timeout.secs", minimum=1.0) if timeout is None else timeout
+
+    def _await_running(self, deadline: float, wait: float) -> bool:
         while True:
             if self._error is not None:
                 raise DeployError(self._error)
@@ -394,12 +400,13 @@ class Deployment:
                 raise DeployError(msg)
             running = sorted(i for i in self._jobs if i not in self._retired)
             if workers > len(running):
-                _check_slots(self.spark, workers, self.conf)
+                _check_slots(self.spark, workers, self.conf, self._cpus)
                 first = max(self._jobs, default=-1) + 1
                 for index in range(first, first + workers - len(running)):
                     self._launch(index)
             self._wanted = workers
             self._write_record()
+        self._wait_registered(time.monotonic() + self._timeout(timeout))  # new tasks first: one new assignment
         admin.rebalance(self._state(), self.name, workers)
         if workers < len(running):
             # The slots nimbus no longer uses: their tasks end once the smaller assignment is written.
@@ -462,6 +469,10 @@ class Deployment:
             )
             raise DeployError(msg) from exc
         self._cluster = state
+        wait = self._timeout(timeout)
+        deadline = time.monotonic() + wait
+        if source is not None and state.find_topology(self.name) is not None:
+            admin.submit(state, source, self._wanted)  # raises TopologyExistsError, naming its status and the fix
         self._claim(state)
         if state.nimbus_leader() is None:
             identifier = f"spark-driver:{socket.gethostname()}:{os.getpid()}"
@@ -472,31 +483,47 @@ class Deployment:
                 raise DeployError(msg)
         else:
             logger.info("deploy(): nimbus %s already leads in ZooKeeper %s; using it", state.nimbus_leader(), address)
+        if source is None:
+            record = state.read_topology(self.name)
+            state_check(record.topology(), self.settings, _executor_hosts(self.spark), shared_state=shared)
+        atexit.register(self._at_exit)
+        with self._lock:
+            for index in range(self._wanted):
+                self._launch(index)
+        # Submitted once every supervisor task registered its slot: nimbus's first assignment then
+        # spreads over all of them at once (no version that crowds every executor onto the first).
+        self._wait_registered(deadline)
         if source is not None:
             admin.submit(state, source, self._wanted)
         else:
-            state_check(
-                state.read_topology(self.name).topology(),
-                self.settings,
-                _executor_hosts(self.spark),
-                shared_state=shared,
-            )
             admin.rebalance(state, self.name, self._wanted)
         if ui_port is not None:
             from spark_storm.ui import zookeeper_ui
 
             self._ui = zookeeper_ui(state, self.conf, None, ui_port).start()
             self.ui_url = f"{self._ui.url}topology.html?id={self.name}"
-        with self._lock:
-            for index in range(self._wanted):
-                self._launch(index)
         self._monitor = threading.Thread(target=self._watch, name=f"deploy-{self.name}", daemon=True)
         self._monitor.start()
-        atexit.register(self._at_exit)
-        self.wait_running(timeout)
+        self._await_running(deadline, wait)
         with self._lock:
             if self._state_name == STARTING:
                 self._state_name = RUNNING
+
+    def _wait_registered(self, deadline: float) -> None:
+        """Wait until every supervisor task registered its slot, or one failed, or ``deadline`` passed."""
+        while time.monotonic() < deadline:
+            with self._lock:
+                live = {i: j for i, j in self._jobs.items() if i not in self._retired}
+            failed = [j for j in live.values() if j.outcome is not None]
+            wanted = set(live)
+            if failed:
+                job = failed[0]
+                what = f"{job.outcome}: {job.detail}"
+                msg = f"deploy(): supervisor task {job.spec.index} ended before it registered ({what})"
+                raise DeployError(msg)
+            if wanted <= {index for index, _, _ in self._registrations()}:
+                return
+            time.sleep(min(self._every, 0.1))
 
     def _zookeeper(self, given: str | None) -> ZooKeeperAddress:
         """Parse the user's ZooKeeper, or start one on the driver tied to this process."""
@@ -658,7 +685,7 @@ class Deployment:
     def _retire_unused(self, workers: int, timeout: float | None) -> None:
         """After a rebalance to fewer workers: end the supervisor tasks whose slots nimbus no longer assigns."""
         state = self._state()
-        wait = self.conf.get_float("storm.spark.deploy.timeout.secs", minimum=1.0) if timeout is None else timeout
+        wait = self._timeout(timeout)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             assignment = state.read_assignment(self.name)
@@ -815,8 +842,11 @@ def _local_cores(master: str) -> int | None:
     return os.cpu_count() or 1 if cores == "*" else int(cores)
 
 
-def _check_slots(spark: Any, workers: int, conf: Config) -> None:
-    """Refuse more supervisor tasks than the application has task slots for, with the stream's reserve."""
+def _check_slots(spark: Any, workers: int, conf: Config, cpus: int | None = None) -> None:
+    """Refuse more supervisor tasks than the application has task slots for, with the stream's reserve.
+
+    ``cpus``: CPUs each worker's task reserves (its resource profile), None for ``spark.task.cpus``.
+    """
     reserve = conf.get_int("storm.spark.deploy.reserve.slots", minimum=0)
     need = workers + reserve
     master = _master(spark)
@@ -837,6 +867,17 @@ def _check_slots(spark: Any, workers: int, conf: Config) -> None:
         return  # executors come on demand: the slots are not known in advance
     jsc = sc._jsc.sc()
     default = jsc.resourceProfileManager().defaultResourceProfile()
+    task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    if cpus is not None:
+        executor_cores = int(sc.getConf().get("spark.executor.cores", "0") or 0)
+        if executor_cores and cpus > executor_cores:
+            msg = (
+                f"deploy(cpus_per_worker={cpus}): an executor has {executor_cores} cores (spark.executor.cores), so no "
+                "executor could run a worker's task: raise spark.executor.cores or lower cpus_per_worker"
+            )
+            raise DeployError(msg)
+        # in task slots of the default profile (spark.task.cpus each), rounded up
+        need = workers * -(-cpus // task_cpus) + reserve
     wait = conf.get_float("storm.spark.deploy.slots.wait.secs", minimum=0.0)
     deadline = time.monotonic() + wait
     while True:
@@ -1060,8 +1101,9 @@ def deploy(
     else:
         name = check_topology_name(text)
     profile = _resource_profile(spark, cpus_per_worker)
-    _check_slots(spark, workers, Config.of(settings))
+    _check_slots(spark, workers, Config.of(settings), cpus_per_worker)
     deployment = Deployment(spark, name, settings, workers, profile)
+    deployment._cpus = cpus_per_worker
     try:
         deployment._start(zookeeper, source, timeout, ui_port, shared_state)
     except BaseException as exc:

@@ -84,17 +84,21 @@ def spark(standalone: str) -> Iterator[Any]:
 
 
 def _flowing_again(progress: list[dict[str, Any]], killed_at: float) -> tuple[float, float]:
-    """(seconds from the kill until a micro-batch ended after the stall, the longest stall) from Spark's progress."""
-    ends = sorted(
-        datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-        + p["durationMs"].get("triggerExecution", 0) / 1000
+    """(seconds from the kill until the first micro-batch that started after it completed, the longest stall).
+
+    Spark's progress says when each micro-batch started (``timestamp``) and how long it took.
+    """
+    spans = sorted(
+        (start, start + p["durationMs"].get("triggerExecution", 0) / 1000)
         for p in progress
         if int(p.get("numInputRows") or 0) > 0
+        for start in [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()]
     )
-    gaps = [(b - a, b) for a, b in itertools.pairwise(ends) if b > killed_at]
-    assert gaps, "no micro-batch ended after the kill"
-    stall, resumed = max(gaps)
-    return round(resumed - killed_at, 1), round(stall, 1)
+    after = [end for start, end in spans if start > killed_at]
+    assert after, "no micro-batch started and ended after the kill"
+    ends = sorted(end for _, end in spans)
+    stall = max((b - a for a, b in itertools.pairwise(ends) if b > killed_at), default=0.0)
+    return round(min(after) - killed_at, 1), round(stall, 1)
 
 
 def test_an_executor_sigkilled_mid_stream_loses_nothing_and_the_redis_ledger_is_exact(
@@ -215,3 +219,21 @@ def test_rebalance_starts_and_retires_supervisor_tasks(spark: Any, tmp_path: Pat
         ]
         last = processes(topo)
     wait_all_gone(last, "after stop()")
+
+
+def test_cpus_per_worker_gives_each_worker_a_whole_executor(spark: Any, tmp_path: Path) -> None:
+    """A task resource profile of 2 CPUs (an executor's cores): Spark places the two worker tasks on two executors.
+
+    Without it both may land on one 2-core executor, and losing that executor loses both workers.
+    """
+    with deploy(spark, str(wordcount(tmp_path, "wcprofile")), workers=2, cpus_per_worker=2, conf=FAST_DEPLOY) as topo:
+        procs = processes(topo)
+        executors = {executor_of(pid) for pid in procs.supervisors.values()}
+        assert len(executors) == 2, procs
+    wait_all_gone(procs, "after stop()")
+    msg = (
+        r"^deploy\(cpus_per_worker=4\): an executor has 2 cores \(spark.executor.cores\), so no executor could run a "
+        r"worker's task: raise spark.executor.cores or lower cpus_per_worker$"
+    )
+    with pytest.raises(DeployError, match=msg):
+        deploy(spark, str(wordcount(tmp_path, "wcprofile")), workers=1, cpus_per_worker=4)
