@@ -655,7 +655,9 @@ class Deployment:
         for job in ended:
             job.handled = True
             index = job.spec.index
-            if index in self._retired or self._ending.is_set():
+            with self._lock:
+                retired = index in self._retired
+            if retired or self._ending.is_set():
                 continue
             if job.outcome == "cancelled":
                 self._end_from_monitor(f"its Spark job was cancelled ({job.detail})")
