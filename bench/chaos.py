@@ -183,6 +183,8 @@ def line(record: Record) -> str:
         f"{' 1us' if record.switch else '    '}{' netns' if record.netns else ''}  faults: {_faults_text(record)}"
         f"  rollbacks {record.rollbacks} replays {record.replays}  {record.duration_s:5.1f}s  {record.verdict}"
     )
+    if record.verdict == "SKIP":
+        return f"{head}: {'; '.join(record.reasons)}"
     if record.verdict != "FAIL":
         return head
     out = [head]
