@@ -95,6 +95,7 @@ def test_sigterm_to_the_spark_submit_job_stops_everything(tmp_path: Path) -> Non
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+            job.communicate(timeout=30)
     wait_all_gone(procs, "after SIGTERM to the job")
     (task,) = procs.supervisors.values()
     wait_until(lambda: not alive(task), what="the supervisor task's Python worker", timeout=60)
@@ -112,6 +113,7 @@ def test_spark_storm_kill_from_outside_ends_the_job(tmp_path: Path) -> None:
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+            job.communicate(timeout=30)
     assert job.returncode == 0, out[-3000:]
     assert f"stopping {name}: the deployment ended" in out, out[-3000:]
     assert f"stopped {name} (stopped)" in out, out[-3000:]
@@ -124,10 +126,13 @@ def test_a_sigkilled_driver_leaves_nothing_running(tmp_path: Path) -> None:
     try:
         _, procs = _deployed(job, name)
         os.kill(job.pid, signal.SIGKILL)  # the driver only: its JVM, ZooKeeper and tasks must follow
-        job.wait(30)
+        _rest(job, 60)
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+        if job.stdout is not None:
+            job.stdout.close()
     wait_all_gone(procs, "after the driver was SIGKILLed", timeout=120)
     (task,) = procs.supervisors.values()
     wait_until(lambda: not alive(task), what="the supervisor task's Python worker", timeout=60)

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(900)]
 
 
 def test_the_demo_on_spark_ends_with_sent_equal_processed_and_exact_counts() -> None:
-    args = ["demo", "--on-spark", "--seconds", "8", "--rows-per-second", "500", "--kill-worker"]
+    args = ["demo", "--on-spark", "--seconds", "8", "--rows-per-second", "100", "--kill-worker"]
     out = subprocess.run([sys.executable, "-m", "spark_storm.cli", *args], capture_output=True, text=True, timeout=800)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "hosted by Spark: ZooKeeper 127.0.0.1:" in out.stdout
