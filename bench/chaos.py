@@ -338,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.inside is None:
         print(f"bench.chaos: seed {args.seed}, {len(scenarios)} scenario(s), spark_storm from {spark_storm.__file__}")
         print(f"bench.chaos: scenario directories under {workdir}", flush=True)
+        race = os.environ.get("SPARK_STORM_SWITCH_INTERVAL_US")
+        if race:  # the race tier's override (spark_storm.worker.settings): the workers inherit it
+            print(f"bench.chaos: SPARK_STORM_SWITCH_INTERVAL_US={race} is set: every worker runs at that interval")
     records: list[Record] = []
     started = time.monotonic()
     try:
