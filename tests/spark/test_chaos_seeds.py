@@ -12,9 +12,11 @@ prints them):
 * 9: the keyed ledger fed by ``foreachBatch(storm_sink)`` through failing fsyncs and garbage
   payloads, at 1 µs.
 
-About 3.5-4 minutes on 2 cores, one harness process per scenario (each under a minute, so
-none reaches faulthandler_timeout), as a user runs it.  Without root (no network namespaces)
-the harness skips scenario 3, saying why; the others still run.
+About 3.5-4 minutes on 2 cores, one harness process per scenario (each under a minute or two,
+so none outlasts faulthandler_timeout by much), as a user runs it.  Without root (no network
+namespaces) the harness skips scenario 3, saying why; the others still run.  It lives in the
+Spark tier, not the integration tier that scripts/test's race tier runs again at 1 µs: three of
+its scenarios run their workers at 1 µs already, and a second pass would add 4-6 minutes.
 """
 
 from __future__ import annotations
