@@ -15,6 +15,10 @@ Spark jobs (:func:`run_hosted_supervisor`; nothing here imports pyspark).  It is
   the registrations of earlier attempts of its index, so nimbus moves the dead slot's executors
   to the new slot at once instead of after ``storm.zookeeper.session.timeout``.  An attempt
   whose own registration was deleted that way (it was presumed dead) ends.
+* **Which executor.** Each task also registers ``/spark/<name>/tasks/<id>`` (ephemeral) naming
+  the Spark executor it runs in (``--executor-id`` of its nearest ``java`` ancestor): the driver
+  knows at once when an executor is lost and releases the slots of the tasks it held
+  (``spark_storm.spark.deploy``), so nimbus reassigns before the rerun or the session timeout.
 * **Ending.** The task returns (its worker stopped by the supervisor's ordered shutdown) when the
   topology is killed, or removed once it was there (deploy() submits it when its tasks have
   registered, so that nimbus's first assignment spreads over all of them), when the deployment
@@ -31,6 +35,7 @@ worker as a ``--conf`` file readable by its owner only.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -54,10 +59,12 @@ __all__ = [
     "HostedSupervisorSpec",
     "advertised_host",
     "deployment_path",
+    "executor_id",
     "lease_path",
     "parse_supervisor_id",
     "run_hosted_supervisor",
     "supervisor_id",
+    "task_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -107,6 +114,33 @@ def parse_supervisor_id(sid: str, name: str) -> tuple[int, int, int] | None:
 def deployment_path(name: str) -> str:
     """``/spark/<name>`` (under the root): the deployment's record."""
     return f"{SPARK}/{name}"
+
+
+def task_path(name: str, sid: str = "") -> str:
+    """``/spark/<name>/tasks[/<supervisor id>]``: the supervisor tasks and the executors they run in."""
+    return f"{SPARK}/{name}/tasks" + (f"/{sid}" if sid else "")
+
+
+def executor_id(pid: int | None = None) -> str | None:
+    """Return the Spark executor id this process runs under: its nearest ``java`` ancestor's ``--executor-id``.
+
+    ``"driver"`` when that ancestor is not an executor (local mode: the driver runs the tasks);
+    None when it cannot be told (no ``/proc``, no java ancestor).
+    """
+    current = os.getpid() if pid is None else pid
+    try:
+        while current > 1:
+            stat = Path(f"/proc/{current}/stat").read_text()
+            current = int(stat.rsplit(")", 1)[1].split()[1])
+            args = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
+            if args and Path(args[0].decode(errors="replace")).name == "java":
+                if b"--executor-id" in args:
+                    at = args.index(b"--executor-id")
+                    return args[at + 1].decode() if at + 1 < len(args) else None
+                return "driver"
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def lease_path(name: str) -> str:
@@ -257,6 +291,9 @@ def run_hosted_supervisor(
     reason = "stopped"
     supervisor.start()
     try:
+        task = {"executor": executor_id(), "host": host, "pid": os.getpid(), "attempt": attempt}
+        path = supervisor.state.session.path(task_path(spec.name, sid))
+        supervisor.state.session.register_ephemeral(path, json.dumps(task).encode())
         removed = hosting.remove_earlier_attempts()
         logger.info(
             "hosted supervisor %s: slot %s of topology %s%s",

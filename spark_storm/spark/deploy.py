@@ -40,6 +40,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import json
 import logging
 import os
 import re
@@ -62,6 +63,7 @@ from spark_storm.cluster.hosted import (
     lease_path,
     parse_supervisor_id,
     run_hosted_supervisor,
+    task_path,
 )
 from spark_storm.cluster.nimbus import Nimbus
 from spark_storm.cluster.records import KILLED, SUPERVISORS, HostedDeployment, check_topology_name
@@ -643,6 +645,7 @@ class Deployment:
 
     def _watch_once(self) -> None:
         state = self._state()
+        self._release_lost_executors(state)
         for index, generation, attempt in self._registrations():
             with self._lock:
                 self._attempts[(index, generation)] = max(self._attempts.get((index, generation), 0), attempt)
@@ -683,6 +686,36 @@ class Deployment:
             )
             with self._lock:
                 self._launch(index)
+
+    def _release_lost_executors(self, state: ClusterState) -> None:
+        """Remove the registrations of supervisor tasks whose executor Spark lost: nimbus reassigns at once.
+
+        The driver hears of a lost executor in about a second (standalone: from its worker); the
+        dead task's ZooKeeper session would keep its slot for ``storm.zookeeper.session.timeout``.
+        """
+        if self._launcher.connect or _local_cores(_master(self.spark)) is not None:
+            return  # a Connect client cannot list executors; local mode has none to lose
+        ids = self.spark.sparkContext._jsc.sc().getExecutorIds()
+        live = {str(ids.apply(i)) for i in range(ids.size())}
+        base = state.session.path(task_path(self.name))
+        for sid in state.session.children(base):
+            got = state.session.read(f"{base}/{sid}")
+            if got is None:
+                continue
+            try:
+                executor = json.loads(got.data).get("executor")
+            except ValueError:
+                continue
+            if executor is None or executor == "driver" or str(executor) in live:
+                continue
+            state.session.delete_tree(state.session.path(SUPERVISORS, sid))
+            state.session.delete_tree(f"{base}/{sid}")
+            logger.warning(
+                "deployment of %s: Spark lost executor %s of supervisor task %s; its slot is released now",
+                self.name,
+                executor,
+                sid,
+            )
 
     def _retire_unused(self, workers: int, timeout: float | None) -> None:
         """After a rebalance to fewer workers: end the supervisor tasks whose slots nimbus no longer assigns."""
