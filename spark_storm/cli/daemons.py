@@ -21,7 +21,7 @@ from spark_storm.errors import ConfigError, StormError
 
 if TYPE_CHECKING:
     from spark_storm.ui import UIServer
-    from spark_storm.worker import Worker
+    from spark_storm.worker.worker import Worker
 
 __all__ = ["local_cluster", "nimbus", "run_cluster_worker", "run_worker", "supervisor", "worker"]
 
@@ -72,7 +72,7 @@ def run_worker(
 ) -> int:
     """Run one worker on a static slot list until SIGTERM/SIGINT; a second signal or the deadline forces exit."""
     from spark_storm.topology import Slot, load_topology, plan
-    from spark_storm.worker import Worker
+    from spark_storm.worker.worker import Worker
 
     topo = load_topology(topology_path, properties)
     p = plan(topo, workers) if workers else plan(topo)

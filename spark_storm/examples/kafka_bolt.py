@@ -21,9 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from spark_storm.bolts import Bolt, KeyValueState, OutputCollector, StatefulBolt, TopologyContext, Tuple
 from spark_storm.errors import ConfigError
-from spark_storm.worker import KeyValueState, StatefulBolt, Tuple
-from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
 
 __all__ = ["KafkaExactResultBolt", "KafkaResultBolt"]
 

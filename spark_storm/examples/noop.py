@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from spark_storm.worker import ColumnarBatch, Tuple
-from spark_storm.worker.bolt import BatchBolt, Bolt
+from spark_storm.bolts import BatchBolt, Bolt, ColumnarBatch, Tuple
 
 __all__ = ["NoopBatchBolt", "NoopBolt"]
 

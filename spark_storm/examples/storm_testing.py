@@ -15,9 +15,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from spark_storm.codec.tuples import Tuple
-from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.spout import Spout, SpoutOutputCollector
+from spark_storm.bolts import Bolt, OutputCollector, Spout, SpoutOutputCollector, TopologyContext, Tuple
 
 __all__ = ["LogInfoBolt", "TestWordCounter", "TestWordSpout"]
 

@@ -22,11 +22,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from spark_storm.codec.tuples import Tuple
-from spark_storm.state.kv import KeyValueState
-from spark_storm.worker.bolt import BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.stateful import StatefulBolt
-from spark_storm.worker.windows import BatchWindow, TupleWindow, WindowedBatchBolt, WindowedBolt
+from spark_storm.bolts import (
+    BatchOutputCollector,
+    BatchWindow,
+    Bolt,
+    KeyValueState,
+    OutputCollector,
+    StatefulBolt,
+    TopologyContext,
+    Tuple,
+    TupleWindow,
+    WindowedBatchBolt,
+    WindowedBolt,
+)
 
 __all__ = ["SplitWithTime", "TopWords", "WindowCount", "WindowCountBatch", "WindowCountTuples", "WindowResults"]
 

@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from spark_storm.worker import KeyValueState, StatefulBolt, Tuple
-from spark_storm.worker.bolt import Bolt, OutputCollector, TopologyContext
+from spark_storm.bolts import Bolt, KeyValueState, OutputCollector, StatefulBolt, TopologyContext, Tuple
 
 __all__ = ["CountBolt", "ReportBolt", "SplitBolt", "StatefulCountBolt", "open_report"]
 

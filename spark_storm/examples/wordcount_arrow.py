@@ -18,9 +18,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_storm.bolts import (
+    BatchBolt,
+    BatchOutputCollector,
+    ColumnarBatch,
+    KeyValueState,
+    StatefulBatchBolt,
+    TopologyContext,
+)
 from spark_storm.examples.wordcount import open_report
-from spark_storm.worker import ColumnarBatch, KeyValueState, StatefulBatchBolt
-from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, TopologyContext
 
 __all__ = ["CountBatchBolt", "ReportBatchBolt", "SplitBatchBolt", "StatefulCountBatchBolt"]
 

@@ -26,14 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
 from spark_storm.codec.tuples import BROADCAST_TASK, TICK_SOURCE, Tuple
-from spark_storm.errors import ConfigError, WireFormatError
-from spark_storm.plugins import load_object
+from spark_storm.errors import WireFormatError
 from spark_storm.reports import ExecutorMetrics, WindowMetrics
 from spark_storm.topology.assignment import ExecutorSpec
-from spark_storm.topology.model import CLASS_ADAPTER, Component, resolve_class
 from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
-from spark_storm.worker.bolt import BatchBolt, Bolt, TopologyContext
+from spark_storm.worker.bolt import TopologyContext
 from spark_storm.worker.checkpoint import ExecutorCheckpoints
 from spark_storm.worker.collectors import BatchCollector, TaskCollector
 from spark_storm.worker.emitter import Emitter
@@ -45,7 +43,7 @@ from spark_storm.worker.windows import WindowedBatchBolt, WindowedBolt, WindowEn
 if TYPE_CHECKING:
     from spark_storm.worker.state import WorkerState
 
-__all__ = ["BatchExecutor", "Executor", "TupleExecutor", "make_executor"]
+__all__ = ["BatchExecutor", "Executor", "TupleExecutor"]
 
 logger = logging.getLogger(__name__)
 _now = time.perf_counter
@@ -429,53 +427,3 @@ class BatchExecutor(Executor):
         tick = ColumnarBatch(pa.record_batch({"ts": [time.time()]}), TICK_SOURCE)
         for task in self.bolts:
             self._run_batch(task, tick, tick=True)
-
-
-def make_executor(
-    host: WorkerState,
-    spec: ExecutorSpec,
-    queue: BatchQueue[QueueItem],
-    settings: WorkerSettings,
-    worker_conf: Mapping[str, Any],
-) -> Executor:
-    """Build the executor of ``spec``: its bolt class decides tuple or batch.
-
-    Raises
-    ------
-    ConfigError
-        The component's bolt cannot be imported or is neither a Bolt nor a BatchBolt.
-    """
-    from spark_storm.worker.spout import Spout, SpoutExecutor
-
-    adapt_class = load_object(CLASS_ADAPTER, "the class adapter")  # the shell wing, by its dotted path
-
-    component = host.plan.topology.components[spec.component]
-    conf = {**worker_conf, **host.plan.topology.conf, **component.conf}
-    bolt_cls = adapt_class(component, resolve_class(component.bolt, f"component {component.id!r} bolt"))
-    _check_window(component, bolt_cls, conf)
-    if component.spout or (isinstance(bolt_cls, type) and issubclass(bolt_cls, Spout)):
-        return SpoutExecutor(host, spec, queue, settings, conf, bolt_cls)
-    if isinstance(bolt_cls, type) and issubclass(bolt_cls, BatchBolt):
-        return BatchExecutor(host, spec, queue, settings, conf, bolt_cls)
-    if isinstance(bolt_cls, type) and issubclass(bolt_cls, Bolt):
-        return TupleExecutor(host, spec, queue, settings, conf, bolt_cls)
-    msg = f"component {component.id!r}: {component.bolt!r} is neither a Bolt nor a BatchBolt subclass"
-    raise ConfigError(msg)
-
-
-def _check_window(component: Component, bolt_cls: Any, conf: Mapping[str, Any]) -> None:
-    """Check that a window spec has a windowed bolt and a windowed bolt a spec (ConfigError naming the fix)."""
-    windowed = isinstance(bolt_cls, type) and issubclass(bolt_cls, (WindowedBolt, WindowedBatchBolt))
-    spec = window_spec(component.conf, f"component {component.id!r}", conf)
-    if spec is not None and not windowed:
-        msg = (
-            f"component {component.id!r} declares a window ({spec.describe()}) but its bolt {component.bolt!r} "
-            "is not a WindowedBolt or WindowedBatchBolt; subclass one and implement execute_window"
-        )
-        raise ConfigError(msg)
-    if spec is None and windowed:
-        msg = (
-            f"component {component.id!r}: its bolt {component.bolt!r} is windowed but the component declares no "
-            "window; give it 'window: {length: 60s, sliding: 10s}' (or session_gap)"
-        )
-        raise ConfigError(msg)

@@ -33,7 +33,8 @@ from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
 from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, anchors_of, split_edges, worker_id
 from spark_storm.worker.checkpoint import CheckpointManager, topology_is_stateful
-from spark_storm.worker.executor import Executor, make_executor
+from spark_storm.worker.executor import Executor
+from spark_storm.worker.factory import make_executor
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.receive import Receiver
 from spark_storm.worker.settings import WorkerSettings

@@ -13,7 +13,7 @@ import pytest
 from spark_storm.config import load_config
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
-from spark_storm.worker import Worker
+from spark_storm.worker.worker import Worker
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from spark_storm.messaging import TaskMessage
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Plan, Slot, plan, topology_from_dict
 from spark_storm.transport import make_context
-from spark_storm.worker import Worker
+from spark_storm.worker.worker import Worker
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration

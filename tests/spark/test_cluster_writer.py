@@ -14,7 +14,7 @@ from spark_storm.netutil import free_ports
 from spark_storm.spark.options import StormOptions
 from spark_storm.spark.writer import POOL, DeliveryError, write_partition
 from spark_storm.topology import Slot, load_topology, plan
-from spark_storm.worker import Worker
+from spark_storm.worker.worker import Worker
 from tests.integration.bolts import read_event_logs
 from tests.support import wait_until
 

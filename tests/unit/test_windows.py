@@ -113,12 +113,12 @@ def test_storms_config_keys_declare_the_same_window_as_the_block() -> None:
 
 
 def test_a_window_needs_a_windowed_bolt_and_a_windowed_bolt_a_window() -> None:
-    from spark_storm.worker.executor import _check_window
+    from spark_storm.worker.factory import check_window
 
     topo = _topology({"length": "60s"})
     comp = topo.components["w"]
     with pytest.raises(ConfigError, match="is not a WindowedBolt or WindowedBatchBolt"):
-        _check_window(comp, object, {})
+        check_window(comp, object, {})
     plain = topology_from_dict(
         {
             "name": "t",
@@ -131,7 +131,7 @@ def test_a_window_needs_a_windowed_bolt_and_a_windowed_bolt_a_window() -> None:
     from spark_storm.examples.windows import WindowCount
 
     with pytest.raises(ConfigError, match="declares no window"):
-        _check_window(plain.components["w"], WindowCount, {})
+        check_window(plain.components["w"], WindowCount, {})
 
 
 # -------------------------------------------------------------------------------- event-time windows
