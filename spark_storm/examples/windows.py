@@ -89,18 +89,18 @@ class WindowCountBatch(WindowedBatchBolt):
 
     def combine(self, table: pa.Table) -> pa.Table:
         if "__n" in table.column_names:
-            grouped = table.group_by(self.by).aggregate([("__n", "sum")])
+            grouped = table.group_by(self.by, use_threads=False).aggregate([("__n", "sum")])
             return grouped.rename_columns([c.replace("__n_sum", "__n") for c in grouped.column_names])
-        grouped = table.group_by(self.by).aggregate([([], "count_all")])
+        grouped = table.group_by(self.by, use_threads=False).aggregate([([], "count_all")])
         return grouped.rename_columns([c.replace("count_all", "__n") for c in grouped.column_names])
 
     def execute_window(self, window: BatchWindow) -> None:
         table = window.table  # every pane of a due window is sealed, so combined
         if "__n" in table.column_names:
-            counts = table.group_by(self.by).aggregate([("__n", "sum")])
+            counts = table.group_by(self.by, use_threads=False).aggregate([("__n", "sum")])
             keys, values = counts.column(self.by), counts.column("__n_sum")
         else:
-            counts = table.group_by(self.by).aggregate([([], "count_all")])
+            counts = table.group_by(self.by, use_threads=False).aggregate([([], "count_all")])
             keys, values = counts.column(self.by), counts.column("count_all")
         n = len(keys)
         self.collector.emit_batch(

@@ -32,7 +32,7 @@ from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
 from spark_storm.worker.bolt import TopologyContext
-from spark_storm.worker.checkpoint import ExecutorCheckpoints
+from spark_storm.worker.checkpoint import ExecutorCheckpoints, NoAlignment
 from spark_storm.worker.collectors import BatchCollector, TaskCollector
 from spark_storm.worker.emitter import Emitter
 from spark_storm.worker.queue import BatchQueue, QueueItem
@@ -52,7 +52,7 @@ _now = time.perf_counter
 class Executor:
     """Runs the bolts of one executor's task range on its own thread.
 
-    Subclasses say how a batch of queue items reaches the bolts (:meth:`_process`).
+    Subclasses say how a batch of queue items reaches the bolts (:meth:`process`).
     """
 
     kind = "tuple"
@@ -90,7 +90,7 @@ class Executor:
         self._done = 0  # tuples taken from the queue and fully processed
         self._busy = False  # inside a batch (processing or flushing)
         #: Barrier alignment and checkpointed state (stateful topologies only).
-        self.checkpoints = ExecutorCheckpoints(self, host.checkpoints) if host.checkpoints is not None else None
+        self.checkpoints: ExecutorCheckpoints | NoAlignment = host.checkpoints.for_executor(self)
         self._thread = threading.Thread(target=self._run, name=f"spark-storm-executor-{spec}", daemon=True)
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -140,8 +140,7 @@ class Executor:
     def drop_queued(self) -> None:
         """Drop what is queued and held for alignment (a rollback; the executor is quiesced)."""
         self.queue.clear()  # never taken: neither consumed nor done
-        if self.checkpoints is not None:
-            self._done += self.checkpoints.reset()  # taken, and now done with
+        self._done += self.checkpoints.reset()  # taken, and now done with
 
     def _make_collector(self, task: int) -> Any:
         raise NotImplementedError
@@ -162,8 +161,7 @@ class Executor:
                 collector = engine.anchoring
             bolt.prepare(self.conf, ctx, collector)
         self.windows = windows
-        if self.checkpoints is not None:
-            self.checkpoints.restore_all()
+        self.checkpoints.restore_all()
         self.emitter.flush()
 
     def _run(self) -> None:
@@ -178,7 +176,7 @@ class Executor:
         queue = self.queue
         limit = self._batch_limit
         checkpoints = self.checkpoints
-        process = self._process if checkpoints is None else checkpoints.process
+        process = checkpoints.process  # the bolts' own, or through barrier alignment
         try:
             while True:
                 # Busy before the active check: a PAUSE clears ``active`` and then waits while
@@ -208,8 +206,7 @@ class Executor:
                     self._tick()
                     self.emitter.flush()
                     next_tick = time.monotonic() + self.tick_s  # type: ignore[operator]
-                if checkpoints is not None:
-                    checkpoints.check_commits()
+                checkpoints.check_commits()
                 self._busy = False
             # Stopping: refuse further publishes (publishers reroute them to the task's new
             # place), then run what slipped in since the last look.
@@ -229,7 +226,8 @@ class Executor:
                 except Exception as exc:
                     logger.exception("executor %s: cleanup of task %d raised %r", self.spec, task, exc)
 
-    def _process(self, items: list[QueueItem]) -> int:
+    def process(self, items: list[QueueItem]) -> int:
+        """Run a batch of queue items through the bolts (the executor's thread); return their weight in tuples."""
         raise NotImplementedError
 
     def _tick(self) -> None:
@@ -264,7 +262,7 @@ class Executor:
             # the tasks share the executor's thread: its busy fraction is their sum
             "capacity": round(min(1.0, sum(t["capacity"] for t in tasks.values())), 4),
             "tasks": tasks,
-            "state": self.checkpoints.metrics() if self.checkpoints is not None and self.checkpoints.stateful else None,
+            "state": self.checkpoints.metrics() if self.checkpoints.stateful else None,
             "windows": self._window_metrics(),
         }
 
@@ -292,7 +290,7 @@ class TupleExecutor(Executor):
     def _make_collector(self, task: int) -> TaskCollector:
         return TaskCollector(self.host, self.emitter, self.component, task, self.stats[task])
 
-    def _process(self, items: list[QueueItem]) -> int:
+    def process(self, items: list[QueueItem]) -> int:
         weight = 0
         for task, payload in items:
             tuples = payload if type(payload) is list else self._rows_of(payload)
@@ -357,7 +355,7 @@ class BatchExecutor(Executor):
     def _make_collector(self, task: int) -> BatchCollector:
         return BatchCollector(self.host, self.emitter, self.component, task, self.stats[task])
 
-    def _process(self, items: list[QueueItem]) -> int:
+    def process(self, items: list[QueueItem]) -> int:
         weight = 0
         pending_rows: dict[tuple[int, int], list[Tuple]] = {}  # (task, id(source)) -> tuples, per origin
         order: list[tuple[int, Any]] = []

@@ -38,11 +38,11 @@ from spark_storm.codec.payloads import salvage_anchors
 from spark_storm.codec.tuples import BROADCAST_TASK, Tuple
 from spark_storm.errors import ConnectionClosedError, GroupRejectedError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, IServer, MessageBatch, TaskMessage
-from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, GroupKey
+from spark_storm.messaging.api import GroupKey
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
 from spark_storm.reports import WriterCounts, WriterMetrics
-from spark_storm.state.protocol import STATUS, encode_body
 from spark_storm.worker.acker import ACKER_TASK, GroupTracker, anchors_of, fail_ops
+from spark_storm.worker.checkpoint.participant import CheckpointManager
 from spark_storm.worker.queue import BatchQueue, QueueItem
 from spark_storm.worker.stats import LatencyHistogram
 
@@ -192,10 +192,10 @@ class Receiver:
         logs it is only logged: the replay publishes it (docs/state.md).
         """
         checkpoints = self._host.checkpoints
-        if checkpoints is None:
+        if not isinstance(checkpoints, CheckpointManager):
             return self._transfer(tasks, payloads, tracker, atomic, None, True)
         with checkpoints.gate:
-            return self._transfer(tasks, payloads, tracker, atomic, key, not checkpoints.replaying)
+            return self._transfer(tasks, payloads, tracker, atomic, key, not checkpoints.inputs.replaying)
 
     def _transfer(
         self,
@@ -223,6 +223,7 @@ class Receiver:
         host = self._host
         plan = host.plan
         checkpoints = host.checkpoints
+        stateful = isinstance(checkpoints, CheckpointManager)
         publish: dict[int, tuple[BatchQueue[QueueItem], list[QueueItem], list[int]]] = {}
         broadcast: list[tuple[QueueItem, int]] = []
         reroute: list[tuple[QueueItem, int]] = []
@@ -249,7 +250,7 @@ class Receiver:
                 continue
             if plan.topology.components[plan.task_component[task]].source:
                 items = self._decode_source(task, group, kind, tracker if publish_sources else None, atomic)
-                if checkpoints is not None:
+                if stateful:
                     to_log.append((task, group))
                 if not publish_sources:
                     continue
@@ -269,7 +270,8 @@ class Receiver:
                 entry[1].append(item)
                 entry[2].append(weight)
                 published += weight
-        if checkpoints is not None and to_log:  # the whole message decoded: log it before anything is queued or acked
+        if to_log:  # the whole message decoded: log it before anything is queued or acked
+            assert isinstance(checkpoints, CheckpointManager)  # only stateful topologies log
             try:
                 checkpoints.log_group(key, to_log)
             except Exception as exc:  # the disk or the backend: nothing of it is queued, its sender retries
@@ -342,7 +344,7 @@ class Receiver:
         checkpoints = self._host.checkpoints
 
         def finish(status: int) -> None:
-            if status == FAILED and checkpoints is not None and not rejected:
+            if status == FAILED and checkpoints.stateful and not rejected:
                 checkpoints.mark_dirty("a tuple tree of a delivery group failed")
                 status = header.required
             if status != ACCEPTED or header.required != PROCESSED:
@@ -350,12 +352,13 @@ class Receiver:
             done(status)
 
         rejected = False
-        if checkpoints is not None:
-            with checkpoints.gate:
-                if checkpoints.group_seen(header.key):
+        if isinstance(checkpoints, CheckpointManager):
+            inputs = checkpoints.inputs
+            with inputs.gate:
+                if inputs.group_seen(header.key):
                     finish(header.required)
                     return
-                replaying = checkpoints.replaying
+                replaying = inputs.replaying
                 tracker = GroupTracker(finish) if header.required == PROCESSED and not replaying else None
                 try:
                     rows = self.transfer_local(batch.tasks, batch.payloads, tracker, atomic=True, key=header.key)
@@ -363,7 +366,7 @@ class Receiver:
                     rejected = True
                     finish(FAILED)
                     return
-                checkpoints.note_group(header)
+                inputs.note_group(header)
             if replaying:  # logged; the replay publishes it
                 self.writers.add_rows(header, rows)
                 finish(header.required)
@@ -383,27 +386,7 @@ class Receiver:
 
     def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
         """Answer the checkpoint coordinator (docs/state.md); a topology without state says so."""
-        checkpoints = self._host.checkpoints
-        if checkpoints is not None:
-            checkpoints.handle(op, body, reply)
-            return
-        if op == STATUS:
-            reply(
-                REQUEST_OK,
-                encode_body(
-                    {
-                        "worker": str(self._host.slot),
-                        "stateful": False,
-                        "epoch": 0,
-                        "committed": 0,
-                        "generation": 0,
-                        "dirty": False,
-                        "reasons": [],
-                    }
-                ),
-            )
-            return
-        reply(REQUEST_FAILED, f"topology {self._host.plan.topology.name!r} has no stateful component".encode())
+        self._host.checkpoints.handle(op, body, reply)
 
     def pull_loop(self, server: IServer, buffer_size: int) -> None:
         """Storm 0.8's receive thread: block for a message, take up to ``buffer_size`` more."""

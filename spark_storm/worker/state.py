@@ -32,7 +32,7 @@ from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.topology.model import DEFAULT_STREAM, resolve_class
 from spark_storm.transport import make_context
 from spark_storm.worker.acker import ACK_OP, ACKER_TASK, FAIL_OP, Acker, anchors_of, split_edges, worker_id
-from spark_storm.worker.checkpoint import CheckpointManager, topology_is_stateful
+from spark_storm.worker.checkpoint import CheckpointManager, Checkpoints, NoCheckpoints, topology_is_stateful
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.factory import make_executor
 from spark_storm.worker.queue import BatchQueue, QueueItem
@@ -115,8 +115,8 @@ class WorkerState:
         self._sources: dict[tuple[int, str], TupleSource] = {}
         self._client_sources: dict[int, TupleSource] = {}
         self.errors: deque[ErrorReport] = deque(maxlen=50)
-        #: Checkpoints, input logs and rollbacks: only for topologies with a stateful component.
-        self.checkpoints: CheckpointManager | None = None
+        #: Checkpoints, input logs and rollbacks (a stand-in that does nothing without state).
+        self.checkpoints: Checkpoints = NoCheckpoints(self)
         bolts = {c.id: resolve_class(c.bolt, f"component {c.id!r} bolt") for c in plan.topology.components.values()}
         if topology_is_stateful(bolts):
             if settings.receiver_mode != "push":
@@ -154,8 +154,7 @@ class WorkerState:
     @property
     def generation(self) -> int:
         """The topology's generation as this worker knows it (0 unless a rollback happened; docs/state.md)."""
-        checkpoints = self.checkpoints
-        return checkpoints.generation if checkpoints is not None else 0
+        return self.checkpoints.generation
 
     @property
     def acker(self) -> Acker:
@@ -262,8 +261,8 @@ class WorkerState:
     def unknown(self, messages: list[TaskMessage]) -> None:
         """Messages the transfer path found no worker for: counted, logged, dropped or dead-lettered."""
         self.receiver.unknown(messages)
-        if self.checkpoints is not None:  # this worker's own emits: a hole in the state
-            self.checkpoints.mark_dirty(f"{len(messages)} emitted messages for tasks no worker runs were dropped")
+        # this worker's own emits: a hole in the state
+        self.checkpoints.mark_dirty(f"{len(messages)} emitted messages for tasks no worker runs were dropped")
 
     def data_lost(
         self,
@@ -294,8 +293,7 @@ class WorkerState:
             self.acker_ops(worker, [[FAIL_OP, root, 0] for root in sorted(of_worker)])
         failed = sum(map(len, roots.values()))
         checkpoints = self.checkpoints
-        if checkpoints is not None:
-            checkpoints.mark_dirty(what)
+        checkpoints.mark_dirty(what)
         component = self._plan.task_component.get(task, "?")
         self.report_error(component, task, f"lost: {what}")
         logger.error(
@@ -303,7 +301,7 @@ class WorkerState:
             self._slot,
             what,
             failed,
-            "; state marked dirty (the next round rolls back)" if checkpoints is not None else "",
+            "; state marked dirty (the next round rolls back)" if checkpoints.stateful else "",
         )
 
     def messages_lost(self) -> dict[IClient, int]:

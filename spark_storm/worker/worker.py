@@ -40,7 +40,7 @@ from spark_storm.messaging import IClient, IServer
 from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
-from spark_storm.worker.checkpoint import IntervalCheckpoints
+from spark_storm.worker.checkpoint import CheckpointManager, IntervalCheckpoints
 from spark_storm.worker.diagnostics import log_thread_stacks
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback
@@ -200,8 +200,7 @@ class Worker:
             _LIVE.add(self)
         _install_thread_hook()
         state = self.state
-        if state.checkpoints is not None:
-            state.checkpoints.open()  # the epoch and the logs first: input may arrive as soon as we bind
+        state.checkpoints.open()  # the epoch and the logs first: input may arrive as soon as we bind
         if self.settings.receiver_mode == "push":
             state.server = state.context.bind(
                 self.topology_id, self.slot.port, DeserializingConnectionCallback(self.receiver)
@@ -223,8 +222,8 @@ class Worker:
         self._start_metrics_http()  # before the timer: the first heartbeat names the metrics port
         self._spawn(self.timer.run, "timer")
         self._spawn(self._activate_when_ready, "activate")
-        if state.checkpoints is not None:
-            self.interval_checkpoints = IntervalCheckpoints(state.checkpoints, self.conf, self._stopping)
+        if isinstance(state.checkpoints, CheckpointManager):
+            self.interval_checkpoints = IntervalCheckpoints(state.checkpoints, self._stopping)
             if self.interval_checkpoints.enabled:
                 self._spawn(self.interval_checkpoints.run, "checkpoint-interval")
 
@@ -269,15 +268,7 @@ class Worker:
 
     def _set_active(self, executors: list[Executor], on: bool) -> None:
         """Switch executors, through the checkpoints when a rollback may own them (docs/threads.md)."""
-        checkpoints = self.state.checkpoints
-        if checkpoints is not None:
-            checkpoints.set_active(executors, on)
-            return
-        for executor in executors:
-            if on:
-                executor.activate()
-            else:
-                executor.deactivate()
+        self.state.checkpoints.set_active(executors, on)
 
     def refresh(self, plan: Plan) -> None:
         """Follow a new plan of the same topology (JStorm's RefreshConnections).
@@ -305,8 +296,7 @@ class Worker:
         removed = [e for spec, e in self.executors.items() if spec not in wanted]
         added = {spec: self.state.build_executor(spec) for spec in wanted if spec not in kept}
         self.state.swap(plan, merged, {**kept, **added})
-        if self.state.checkpoints is not None:
-            self.state.checkpoints.executors_moved([str(s) for s in added], [str(e.spec) for e in removed])
+        self.state.checkpoints.executors_moved([str(s) for s in added], [str(e.spec) for e in removed])
         deadline = time.monotonic() + self.settings.shutdown_timeout_s
         for executor in removed:
             executor.activate()  # drain what it holds, even if deactivated
@@ -316,7 +306,7 @@ class Worker:
             if executor.alive:
                 logger.error("worker %s: executor %s did not drain before the deadline", self.slot, executor.spec)
         checkpoints = self.state.checkpoints
-        if removed and checkpoints is not None and not checkpoints.drain_writes(max(0.0, deadline - time.monotonic())):
+        if removed and not checkpoints.drain_writes(max(0.0, deadline - time.monotonic())):
             logger.error("worker %s: changelog writes of moved executors still running", self.slot)
         for executor in added.values():
             executor.start()
@@ -399,8 +389,7 @@ class Worker:
             self._http.shutdown()
             self._http.server_close()
         self.state.context.term()
-        if self.state.checkpoints is not None:
-            self.state.checkpoints.close()
+        self.state.checkpoints.close()
         self._beat("stopped")
         self._stopped.set()
         with _HOOK_LOCK:
@@ -530,7 +519,7 @@ class Worker:
             "executors": {str(spec): e.metrics() for spec, e in self.executors.items()},
             "errors": list(state.errors),
             "writers": self.receiver.writers.snapshot(),
-            "checkpoint": state.checkpoints.metrics() if state.checkpoints is not None else None,
+            "checkpoint": state.checkpoints.metrics(),
             "components": {
                 cid: {
                     "source": c.source,

@@ -30,6 +30,7 @@ from spark_storm.state.kv import KeyValueState
 from spark_storm.topology.assignment import Plan, plan
 from spark_storm.topology.model import Input, TopologyBuilder
 from spark_storm.worker.bolt import BatchOutputCollector, OutputCollector
+from spark_storm.worker.checkpoint import CheckpointManager, ExecutorCheckpoints
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
@@ -115,7 +116,7 @@ class Harness:
         slot = self.plan.task_slot[self.task]
         worker = WorkerState(self.plan, slot, self.conf, WorkerSettings.from_conf(self.conf), lambda *a, **k: None)
         manager = worker.checkpoints
-        assert manager is not None, "a windowed topology is stateful"
+        assert isinstance(manager, CheckpointManager), "a windowed topology is stateful"
         if backend is not None:
             manager.backend = backend  # the store a restarted worker finds (memory stands for durable here)
         weakref.finalize(self, manager.writer.close, 5.0)
@@ -132,13 +133,13 @@ class Harness:
 
     @property
     def state(self) -> KeyValueState:
-        assert self.executor.checkpoints is not None
+        assert isinstance(self.executor.checkpoints, ExecutorCheckpoints)
         return self.executor.checkpoints.states[self.task]
 
     def _process(self, payload: Any) -> None:
         """Give the executor one queue item for the task, as its loop does; a bolt error fails the test."""
         executor: Executor = self.executor
-        assert executor.checkpoints is not None
+        assert isinstance(executor.checkpoints, ExecutorCheckpoints)
         errors = executor.stats[self.task].errors
         executor.checkpoints.process([(self.task, payload)])
         executor.emitter.flush()
@@ -168,7 +169,7 @@ class Harness:
     def checkpoint(self, txid: int) -> dict[Any, Any]:
         """Epoch ``txid``: its barrier from every upstream task, the entry written, then committed; the state."""
         checkpoints = self.executor.checkpoints
-        assert checkpoints is not None
+        assert isinstance(checkpoints, ExecutorCheckpoints)
         upstream = sorted(checkpoints.expected[self.task])
         checkpoints.process([(self.task, Barrier(txid, self.manager.generation, t)) for t in upstream])
         self.executor.emitter.flush()
@@ -189,7 +190,7 @@ class Harness:
     def rollback(self, txid: int) -> None:
         """The same worker rolled back in place to ``txid`` (the executor's checkpoints' own rollback)."""
         checkpoints = self.executor.checkpoints
-        assert checkpoints is not None
+        assert isinstance(checkpoints, ExecutorCheckpoints)
         checkpoints.reset()
         checkpoints.rollback(txid)
 

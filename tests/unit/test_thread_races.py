@@ -20,6 +20,7 @@ from spark_storm.config import Config
 from spark_storm.messaging import BackpressureStatus
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.topology.assignment import ExecutorSpec
+from spark_storm.worker.checkpoint import CheckpointManager
 from spark_storm.worker.queue import BatchQueue
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
@@ -108,7 +109,7 @@ def test_a_pause_while_the_last_replay_waits_on_a_full_queue_leaves_nothing_of_i
     # the source alone on B (executors go round-robin: count -> A, in -> B): no state to restore here
     state = _stateful(STATEFUL, [A, B], B, **{"topology.executor.receive.buffer.size": 4})
     checkpoints = state.checkpoints
-    assert checkpoints is not None
+    assert isinstance(checkpoints, CheckpointManager)
     checkpoints.open()
     [source] = state.plan.component_tasks["in"]
     for i in range(50):
@@ -181,7 +182,7 @@ def test_a_refresh_moving_source_tasks_while_groups_are_checked(tiny_switch_inte
     )
     state = _stateful({"name": "logs", "components": components}, [A], A)
     checkpoints = state.checkpoints
-    assert checkpoints is not None
+    assert isinstance(checkpoints, CheckpointManager)
     checkpoints.open()
     every = state._local_tasks
     sources = sorted(t for t in every if state.plan.topology.components[state.plan.task_component[t]].source)
@@ -191,7 +192,7 @@ def test_a_refresh_moving_source_tasks_while_groups_are_checked(tiny_switch_inte
         while time.monotonic() < deadline:
             with checkpoints.gate:
                 try:
-                    checkpoints.group_seen(("q", 99, 0, 0))
+                    checkpoints.inputs.group_seen(("q", 99, 0, 0))
                 except RuntimeError as exc:
                     errors.append(repr(exc))
 

@@ -33,6 +33,7 @@ from spark_storm.messaging.wire import (
 )
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.worker.acker import GroupTracker, new_edge
+from spark_storm.worker.checkpoint import CheckpointManager
 from spark_storm.worker.executor import BatchExecutor, TupleExecutor
 from spark_storm.worker.settings import WorkerSettings
 from spark_storm.worker.state import WorkerState
@@ -250,7 +251,7 @@ def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_i
     mid.emitter.owner = threading.get_ident()
     mid._prepare()
     tuples = [Tuple(v, world.state.source_of(2, "default")) for v in _rows(60)]
-    mid._process([(3, tuples)])
+    mid.process([(3, tuples)])
     mid.emitter.flush()
     local = world.queued(5)  # out[5] is on A
     remote = world.transfer.queue.take(1 << 30, 0)  # out[6] is on B
@@ -379,7 +380,7 @@ def test_a_value_no_codec_carries_fails_its_tuple_alone_and_the_executor_goes_on
         root, edge = acker.root(tracker)
         tup.anchors = [(world.state.worker_id, root, edge)]
     tracker.sealed()
-    mid._process([(3, [good, bad])])
+    mid.process([(3, [good, bad])])
     mid.emitter.flush()  # must not raise: the executor thread would die with it
     [(message, weight)] = world.transfer.queue.take(1 << 30, 0)
     assert weight == 1
@@ -409,7 +410,7 @@ def test_a_bad_payload_from_another_worker_fails_the_trees_it_names_and_counts_a
     assert "could not be decoded" in error["error"]
     world.receiver.transfer_local([3], [b"\xc1 not msgpack at all"])  # nothing to salvage: counted, reported
     assert (counters["bad_payload"], counters["lost_payloads"]) == (2, 2)
-    assert world.state.checkpoints is None  # a stateless topology: its trees time out (Storm's rule)
+    assert not world.state.checkpoints.stateful  # a stateless topology: its trees time out (Storm's rule)
 
 
 def test_acker_updates_that_cannot_be_read_apply_what_can_and_count_the_rest_as_lost(world: World) -> None:
@@ -453,7 +454,7 @@ def test_in_a_stateful_topology_a_lost_payload_marks_the_state_dirty_so_nothing_
     state.route_to({spec: state.build_executor(spec) for spec in the_plan.executors_of(A)})
     try:
         checkpoints = state.checkpoints
-        assert checkpoints is not None
+        assert isinstance(checkpoints, CheckpointManager)
         assert checkpoints.dirty_reasons == []
         [ledger_task] = [t for t in the_plan.tasks_of(A) if the_plan.task_component[t] == "ledger"]
         state.receiver.transfer_local([ledger_task], [b"\xc1 corrupt"])
@@ -480,9 +481,9 @@ def test_a_group_whose_input_log_append_fails_part_way_fails_and_its_retry_is_ne
     state.route_to({spec: state.build_executor(spec) for spec in the_plan.executors_of(A)})
     try:
         checkpoints = state.checkpoints
-        assert checkpoints is not None
+        assert isinstance(checkpoints, CheckpointManager)
         first, second = the_plan.component_tasks["in"]
-        broken = checkpoints._open_log(second)
+        broken = checkpoints.inputs._open(second)
         append = broken.append
 
         def refuse(*args: Any) -> None:
@@ -497,11 +498,11 @@ def test_a_group_whose_input_log_append_fails_part_way_fails_and_its_retry_is_ne
         state.receiver.recv_group(header, batch, acks.append)
         assert acks == [FAILED]
         assert any("input-log append failed" in r for r in checkpoints.dirty_reasons)
-        assert not checkpoints.group_seen(header.key)  # the first task's share alone is in a log
+        assert not checkpoints.inputs.group_seen(header.key)  # the first task's share alone is in a log
         assert state.queue_of(first).take(100, 0) == []  # type: ignore[union-attr]  # nothing of it was queued
         broken.append = append  # type: ignore[method-assign]
         state.receiver.recv_group(header, batch, acks.append)  # the sender's retry
         assert acks == [FAILED, ACCEPTED]
-        assert checkpoints.group_seen(header.key)
+        assert checkpoints.inputs.group_seen(header.key)
     finally:
         state.context.term()

@@ -255,7 +255,7 @@ class ArrowEngine(WindowEngine[BatchWindow]):
             msg = (
                 f"component {context.component_id!r}: a WindowedBatchBolt gets each window as one table of all "
                 f"its keys; 'key' ({list(spec.key)}) is for session windows, one field. Group the table in "
-                "execute_window (table.group_by(...)) instead"
+                "execute_window (table.group_by(..., use_threads=False) keeps it deterministic) instead"
             )
             raise ConfigError(msg)
         self.combines = type(bolt).combine is not WindowedBatchBolt.combine
@@ -335,7 +335,7 @@ class ArrowEngine(WindowEngine[BatchWindow]):
         """Split each key's rows where the gap between events reaches the session gap; place each run."""
         if info.key >= 0:
             rows = pa.table({"k": data.column(info.key), "i": pa.array(np.arange(data.num_rows))})
-            groups = rows.group_by("k").aggregate([("i", "list")])
+            groups = rows.group_by("k", use_threads=False).aggregate([("i", "list")])
             per_key: list[tuple[Any, list[int]]] = list(
                 zip(groups.column("k").to_pylist(), groups.column("i_list").to_pylist(), strict=True)
             )
