@@ -17,6 +17,7 @@ import msgpack
 import pytest
 
 from spark_storm.config import Config
+from spark_storm.errors import CheckpointError
 from spark_storm.messaging import BackpressureStatus
 from spark_storm.topology import Slot, plan, topology_from_dict
 from spark_storm.topology.assignment import ExecutorSpec
@@ -247,3 +248,38 @@ def test_health_reads_window_metrics_while_the_executor_changes_the_windows(
     _race(1.5, executor, http)
     assert reads[0] > 100
     assert errors == []
+
+
+def test_a_resume_below_the_committed_epoch_is_refused_so_the_round_reads_status_again() -> None:
+    """bench.chaos seed 14 #16: a Spark driver read STATUS (committed 6, epoch 7 prepared) while the
+    interval round committed 7 and truncated its input; the driver's RESUME(6) then lost epoch 7's rows."""
+    state = _stateful(STATEFUL, [A, B], B)
+    checkpoints = state.checkpoints
+    assert isinstance(checkpoints, CheckpointManager)
+    checkpoints.open()
+    threading.Thread(target=state.transfer.run, daemon=True).start()
+    try:
+        checkpoints.committed = 7  # what a COMMIT of epoch 7 left
+        checkpoints._pause(1)
+        with pytest.raises(CheckpointError, match="RESUME to epoch 6, but epoch 7 is committed here"):
+            checkpoints._resume(6, 1)
+        checkpoints._resume(7, 1)  # the next round, from a fresh STATUS
+    finally:
+        state.context.term()
+
+
+def test_a_prepare_answers_at_once_once_the_worker_is_dirty() -> None:
+    """bench.chaos seed 1 #10: a lost barrier's PREPARE waited the whole commit timeout though the loss had
+    made the worker dirty (the round is spoiled either way)."""
+    state = _stateful(STATEFUL, [A, B], A, **{"topology.state.commit.timeout.ms": 60_000})
+    checkpoints = state.checkpoints
+    assert isinstance(checkpoints, CheckpointManager)
+    checkpoints.open()
+    try:
+        wait = checkpoints._prepare(1, 0)  # the ledger task here never sees its barrier (no executor runs)
+        checkpoints.mark_dirty("a payload from another worker could not be decoded")
+        started = time.monotonic()
+        assert wait() == {"epoch": 1, "dirty": True, "generation": 0}
+        assert time.monotonic() - started < 5
+    finally:
+        state.context.term()

@@ -234,6 +234,10 @@ class ExecutorCheckpoints:
         if not self.restored.wait(60.0):  # a bolt still in prepare (or failed there: the worker stops)
             msg = f"executor {self._ex.spec} has not restored its state yet (its bolts are still preparing)"
             raise CheckpointError(msg)
+        for task, store in self.stores.items():  # never discard a committed epoch's entries
+            if store.committed() > epoch:
+                msg = f"task {task}: epoch {store.committed()} is committed, a rollback to {epoch} would lose it"
+                raise CheckpointError(msg)
         for task, bolt in self._ex.bolts.items():
             bolt.pre_rollback()
             store = self.stores[task]

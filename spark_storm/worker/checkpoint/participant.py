@@ -356,6 +356,12 @@ class CheckpointManager:
         if generation != self.generation or not self.paused:
             msg = f"RESUME of generation {generation}, but this worker is at {self.generation} (paused: {self.paused})"
             raise CheckpointError(msg)
+        if epoch < self.committed:
+            # A coordinator that read STATUS before another one's COMMIT (a Spark driver and the
+            # interval rounds, racing) would roll back below a committed epoch, whose input the
+            # commit truncated: refuse, so the next round reads STATUS again (bench.chaos, D4).
+            msg = f"RESUME to epoch {epoch}, but epoch {self.committed} is committed here; read STATUS again"
+            raise CheckpointError(msg)
         state = self.state
         timeout = self.settings.commit_timeout_s
         if not self.writer.drain(timeout):  # no late write may land on a cut-back changelog
@@ -418,6 +424,8 @@ class CheckpointManager:
                     failed = [self._failed[t] for t in stateful if t in self._failed]
                     if failed:
                         raise CheckpointError("; ".join(failed))
+                    if self.dirty_reasons:  # a barrier behind a loss may never come: spoiled now, not at the timeout
+                        return {"epoch": epoch, "dirty": True, "generation": generation}
                     if self.generation != generation:
                         msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
                         raise CheckpointError(msg)
@@ -456,11 +464,21 @@ class CheckpointManager:
             raise CheckpointError(msg)
         if epoch <= self.committed and not batches:
             return
-        for executor in self._executors():
-            cp = executor.checkpoints
-            if isinstance(cp, ExecutorCheckpoints) and cp.stateful and cp.restored.is_set():  # filled in at restore
-                for store in list(cp.stores.values()):
-                    store.commit(epoch)
+        try:
+            for executor in self._executors():
+                cp = executor.checkpoints
+                if isinstance(cp, ExecutorCheckpoints) and cp.stateful and cp.restored.is_set():  # filled in at restore
+                    for store in list(cp.stores.values()):
+                        store.commit(epoch)
+        except Exception as exc:
+            # Every task prepared the epoch (its entry is durable) and the coordinator committed it:
+            # it is committed, whatever marker failed to be written.  The worker says so (a rollback
+            # never goes below it) and is dirty: the next round's rollback to it writes the missing
+            # markers (ExecutorCheckpoints.rollback) instead of discarding the epoch (bench.chaos, D1).
+            with self._cond:
+                self.committed = max(self.committed, epoch)
+            self.mark_dirty(f"epoch {epoch}'s commit marker could not be written: {type(exc).__name__}: {exc}")
+            raise
         self.inputs.committed(epoch, batches)
         with self._cond:
             self.committed = max(self.committed, epoch)
