@@ -27,7 +27,7 @@ from spark_storm.state.redis import RedisBackend
 from spark_storm.tools.redis_server import RedisServer
 from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.topology import load_topology, plan
-from tests.support import wait_until, wordcount
+from tests.support import ROOT, wait_until, wordcount
 from tests.support.cluster import alive
 from tests.support.ledger import expected, ledger_topology, rows_for
 from tests.support.on_spark import FAST_DEPLOY, executor_of, kill, processes, wait_all_gone
@@ -74,6 +74,10 @@ def spark(standalone: str) -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        # The pytest process's one JVM starts here in a full run (tests/cluster sorts first): every
+        # module's session asks for the same connector jars, or Kafka and Delta are missing in
+        # the later modules' sessions (tests/support/spark.py).
+        .config("spark.jars", ",".join(sorted(str(p) for p in (ROOT / "jars" / "spark").glob("*.jar"))))
         .getOrCreate()
     )
     register(session)
