@@ -46,6 +46,7 @@ import yaml
 from bench.chaos_bolts import TYPED_FIELDS, TYPED_SCHEMA, typed_amount, typed_key, typed_rows
 from bench.chaos_plan import Injection, count_injections, write_injection
 from bench.chaos_transport import CONTROL_KEY
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.payloads import arrow_payload
 from spark_storm.codec.serializer import pack_value
 from spark_storm.errors import StormError
@@ -54,7 +55,6 @@ from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
 from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Slot, plan
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support.ledger import expected, ledger_state, rows_for
 from tests.support.netns import Network
 from tests.support.windows import flush_rows, rows_of, spark_sessions, spark_windows, window_results

@@ -32,12 +32,12 @@ import numpy as np
 import yaml
 
 from bench.worker import executed
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.tuples import Tuple
 from spark_storm.messaging import TaskMessage
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
-from spark_storm.worker.local_cluster import LocalCluster
 
 
 class StampBolt(Bolt):

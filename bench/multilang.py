@@ -33,9 +33,9 @@ import msgpack
 import yaml
 
 from bench.worker import executed
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.messaging import TaskMessage
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = str(ROOT / "bench" / "multilang_bolts.py")

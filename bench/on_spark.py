@@ -36,10 +36,10 @@ from typing import Any
 
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.cluster.state import ClusterState
 from spark_storm.spark import deploy, register
 from spark_storm.tools.spark_standalone import SparkStandalone
-from spark_storm.worker.local_cluster import LocalCluster
 
 WORKERS = 2
 

@@ -112,9 +112,9 @@ def run_one(bootstrap: str, tmp: Path, name: str, run: Run, args: Any) -> str:
     """Run one query in a fresh session; return its line of the report."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
+    from spark_storm.cluster.local_cluster import LocalCluster
     from spark_storm.spark import storm_foreach
     from spark_storm.spark.session import connector_jars, local_session
-    from spark_storm.worker.local_cluster import LocalCluster
 
     work = Path(tempfile.mkdtemp(dir=tmp, prefix=name))
     latency_dir = work / "latency"

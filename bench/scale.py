@@ -43,10 +43,10 @@ import msgpack
 import yaml
 
 from bench.worker import NOOP, PASS
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 
 _TICK = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.2

@@ -31,10 +31,10 @@ from typing import Any
 import yaml
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.spark import storm_sink
 from spark_storm.spark.session import connector_jars, local_session
 from spark_storm.tools.kafka_broker import KafkaBroker
-from spark_storm.worker.local_cluster import LocalCluster
 
 
 class CountingWriter(DataSourceStreamArrowWriter):

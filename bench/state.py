@@ -75,6 +75,7 @@ from bench.latency import _Recorder, hop
 from bench.scale import cpu_seconds
 from bench.worker import executed
 from spark_storm.bolts import StatefulBolt
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.payloads import arrow_payload
 from spark_storm.codec.tuples import Tuple
 from spark_storm.errors import StormError
@@ -83,7 +84,6 @@ from spark_storm.state import KeyValueState
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import OutputCollector, TopologyContext
-from spark_storm.worker.local_cluster import LocalCluster
 
 WC = "spark_storm.examples.wordcount"
 WCA = "spark_storm.examples.wordcount_arrow"

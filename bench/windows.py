@@ -85,6 +85,7 @@ import yaml
 
 from bench.scale import profile_summary
 from bench.worker import executed
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.columnar import ColumnarBatch
 from spark_storm.codec.payloads import arrow_payload
 from spark_storm.examples.windows import WindowCount, WindowCountBatch, WindowCountTuples
@@ -92,7 +93,6 @@ from spark_storm.messaging import TaskMessage
 from spark_storm.topology.model import DEFAULT_STREAM
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import BatchOutputCollector, TopologyContext
-from spark_storm.worker.local_cluster import LocalCluster
 from spark_storm.worker.windows import TupleWindow
 
 EX = "spark_storm.examples"

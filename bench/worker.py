@@ -38,11 +38,11 @@ import pyarrow as pa
 import yaml
 
 from bench.transport import SIDES, run_transport
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.payloads import arrow_payload
 from spark_storm.messaging import TaskMessage
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 
 NOOP = "spark_storm.examples.noop:NoopBolt"
 NOOP_BATCH = "spark_storm.examples.noop:NoopBatchBolt"

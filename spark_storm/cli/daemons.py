@@ -128,7 +128,7 @@ def _serve(runner: _Runner, worker_of: Callable[[], Worker | None], conf: Config
 
 def local_cluster(args: argparse.Namespace) -> int:
     """``spark-storm local-cluster``: N workers on loopback (and the UI) until Ctrl-C or a worker exits."""
-    from spark_storm.worker.local_cluster import LocalCluster
+    from spark_storm.cluster.local_cluster import LocalCluster
 
     cluster = LocalCluster(args.topology, args.workers, args.conf, overrides(args.set), properties=args.filter)
     print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")

@@ -28,12 +28,10 @@ the workers of a killed topology at once (the workers do the same on their own).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spark_storm.cluster.launch import launch_worker, stop_workers, worker_command
 from spark_storm.cluster.records import KILLED, SupervisorInfo, TopologyRecord
 from spark_storm.cluster.session import Watch, ZooKeeperAddress
 from spark_storm.cluster.state import ClusterState
@@ -279,37 +278,14 @@ class Supervisor:
     # -- processes ------------------------------------------------------------------
     def worker_command(self, spec: LaunchSpec) -> list[str]:
         """Return the command line of the worker for ``spec``: the cluster form, plan and status from ZooKeeper."""
-        command = [
-            sys.executable,
-            "-m",
-            "spark_storm.cli",
-            "--log-level",
-            "INFO",
-            "worker",
-            "--zookeeper",
-            self.state.address.spec,
-            "--topology-id",
-            spec.topology,
-            "--host",
-            self.host,
-            "--port",
-            str(spec.port),
-        ]
-        if self.conf_path:
-            command += ["--conf", self.conf_path]
+        args = ["--zookeeper", self.state.address.spec, "--topology-id", spec.topology]
+        args += ["--host", self.host, "--port", str(spec.port)]
         overrides = {**self.overrides, "worker.heartbeat.dir": str(self.local_dir / "heartbeats")}
-        for key, value in overrides.items():
-            command += ["--set", f"{key}={json.dumps(value)}"]
-        return command
+        return worker_command(args, overrides, self.conf_path)
 
     def _launch(self, spec: LaunchSpec) -> None:
         log = self.local_dir / "logs" / f"{spec.topology}-{spec.port}.log"
-        command = [sys.executable, "-m", "spark_storm.cluster.launch", "--parent", str(os.getpid()), "--"]
-        command += self.worker_command(spec)
-        with log.open("ab") as out:
-            out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor {self.id} starts: {command}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = launch_worker(self.worker_command(spec), log)
         with self._lock:
             self.workers[spec.port] = _Worker(spec, proc, log)
         self.counters["launched"] += 1
@@ -326,33 +302,16 @@ class Supervisor:
     def _stop_workers(self, ports: list[int]) -> None:
         with self._lock:
             stopping = [self.workers.pop(p) for p in ports if p in self.workers]
+        codes, killed = stop_workers({w.spec.port: w.proc for w in stopping}, self.shutdown_wait)
+        self.counters["killed"] += len(killed)
         for worker in stopping:
-            if worker.proc.poll() is None:
-                _signal_group(worker.proc, signal.SIGTERM)
-        deadline = time.monotonic() + self.shutdown_wait
-        for worker in stopping:
-            try:
-                code = worker.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.error(
-                    "supervisor %s: worker %s (pid %d) still running %ds after SIGTERM; killing its process group",
-                    self.id,
-                    Slot(self.host, worker.spec.port),
-                    worker.proc.pid,
-                    self.shutdown_wait,
-                )
-                _signal_group(worker.proc, signal.SIGKILL)
-                code = worker.proc.wait()
-                self.counters["killed"] += 1
-            # Whatever the worker left in its group (children of bolts) goes too.
-            _signal_group(worker.proc, signal.SIGKILL)
             self.counters["stopped"] += 1
             logger.info(
                 "supervisor %s: stopped worker %s of %s (exit %s)",
                 self.id,
                 Slot(self.host, worker.spec.port),
                 worker.spec.topology,
-                code,
+                codes.get(worker.spec.port),
             )
 
 

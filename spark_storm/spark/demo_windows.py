@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.config import default_config
 from spark_storm.spark.demo import (
     TRIGGER_S,
@@ -42,7 +43,6 @@ from spark_storm.spark.demo import (
 )
 from spark_storm.spark.session import local_session
 from spark_storm.ui import serve_local_ui
-from spark_storm.worker.local_cluster import LocalCluster
 
 __all__ = ["WINDOWS_RATE", "run_windows_demo"]
 
@@ -274,7 +274,7 @@ def run_windows_demo(
                 spark_counts = _spark_windows(spark, corpus, listener.rows, start_ms, rate, window_s)
             spark.stop()
         print("letting the workers drain what they accepted ...", flush=True)
-        _drained(cluster, listener.rows)
+        _drained(cluster, listener.rows, killed)
         codes = cluster.stop()
         ui.close()
     committed, conflicts = _committed(work, cluster)

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from pyspark import cloudpickle
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.spark import is_connect, register, storm_foreach, storm_sink
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.connect import install_spec
 from tests.support.spark import health, records, run_notebook, two_stage, write_json_rows
@@ -260,7 +260,7 @@ CLIENT_ONLY = """
 import json, os, sys, time, urllib.request
 from spark_storm.spark import ServerPackageError, register, ship, storm_foreach, storm_sink
 from spark_storm.spark.session import connect_session
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 
 topo, out = sys.argv[1], {}
 def received(cluster):

@@ -14,10 +14,10 @@ import pytest
 import yaml
 import zmq
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import Seq, encode_control, encode_messages
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.hostile.attack import MiB, RssPeak, frame_header
 
 pytestmark = pytest.mark.hostile

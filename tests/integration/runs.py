@@ -9,11 +9,11 @@ from typing import Any
 import msgpack
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.messaging import IClient, IContext, TaskMessage
 from spark_storm.reports import WorkerMetrics
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 
 __all__ = ["RUNS", "Run", "arrow_payload", "rows"]
 

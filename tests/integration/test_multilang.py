@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.topology import Slot
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.integration.runs import Run, rows
 from tests.support import wait_until
 

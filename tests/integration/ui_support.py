@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.config import load_config
 from spark_storm.messaging import IClient
 from spark_storm.state.protocol import Coordinator, RoundResult
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
 from spark_storm.ui import UIServer, local_ui
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.integration.runs import Run
 from tests.support import wait_until
 from tests.support.ledger import GroupWriter, ledger_topology, rows_for

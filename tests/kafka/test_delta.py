@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from jobs import delta_to_storm, results_to_delta
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 from tests.support.kafka import kafka_result_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.state.protocol import Coordinator
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.ledger import GroupWriter, expected, rows_for
 

@@ -12,13 +12,13 @@ import msgpack
 import pytest
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.errors import ConfigError, TransportError, TransportInitError
 from spark_storm.messaging import ConnectionStatus, TaskMessage
 from spark_storm.messaging.wire import PROCESSED, BatchHeader
 from spark_storm.netutil import free_ports
 from spark_storm.transport import make_context
 from spark_storm.transport.kafka import topic_for
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 
 pytestmark = pytest.mark.kafka

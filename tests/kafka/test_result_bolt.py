@@ -9,10 +9,10 @@ import msgpack
 import pytest
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.messaging import TaskMessage
 from spark_storm.messaging.wire import PROCESSED, BatchHeader
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.kafka
 

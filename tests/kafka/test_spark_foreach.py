@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.errors import ConfigError
 from spark_storm.spark import storm_foreach
 from spark_storm.topology.hashing import fields_hash
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

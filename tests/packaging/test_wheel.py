@@ -135,7 +135,7 @@ SPARK_JOB = """
 import json, sys, urllib.request
 from importlib import resources
 from pyspark.sql import SparkSession
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 
 topology = str(resources.files("spark_storm.examples") / "wordcount.yaml")
 spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 from tests.support import ROOT, wordcount
 from tests.support.spark import health, run_notebook, run_wordcount_job
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.codec.columnar import rows_of
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.integration.bolts import read_values
 from tests.support.spark import health
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.ledger import expected, ledger_state, ledger_topology, rows_for
 from tests.support.spark import health, write_json_rows

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.topology.hashing import fields_hash
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.spark import health, records, two_stage, write_json_rows
 

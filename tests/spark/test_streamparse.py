@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 from tests.support import wait_until
 from tests.support.spark import write_json_rows
 

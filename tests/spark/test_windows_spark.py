@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from spark_storm.worker.local_cluster import LocalCluster
+from spark_storm.cluster.local_cluster import LocalCluster
 from tests.support.spark import write_json_rows
 from tests.support.windows import flush_rows, rows_of, window_results, window_topology
 

@@ -16,6 +16,7 @@ from typing import Any, Self
 import msgpack
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.errors import StormError
 from spark_storm.messaging import IClient, TaskMessage
 from spark_storm.messaging.wire import FAILED, PROCESSED, BatchHeader
@@ -23,7 +24,6 @@ from spark_storm.state.files import EmbeddedBackend
 from spark_storm.state.protocol import Coordinator
 from spark_storm.topology import Plan, Slot
 from spark_storm.transport import make_context
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import wait_until
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.reports import WorkerMetrics
 from spark_storm.topology import Slot
-from spark_storm.worker.local_cluster import LocalCluster
 from tests.support import ROOT
 
 RECORDING_BOLT = "tests.integration.bolts:RecordingBolt"

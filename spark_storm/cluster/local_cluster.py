@@ -15,17 +15,14 @@ calls :meth:`LocalCluster.start` must therefore live as long as the workers shou
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from spark_storm.cluster.launch import launch_worker, stop_workers, worker_command
 from spark_storm.errors import StormError
 from spark_storm.netutil import free_ports
 from spark_storm.reports import (
@@ -90,39 +87,15 @@ class LocalCluster:
         self.heartbeat_dir.mkdir(parents=True, exist_ok=True)
         self.overrides = {"worker.heartbeat.dir": str(self.heartbeat_dir), **(overrides or {})}
         self.conf_path = conf_path
-        self.procs: dict[Slot, subprocess.Popen[str]] = {}
+        self.procs: dict[Slot, subprocess.Popen[bytes]] = {}
         self.logs: dict[Slot, Path] = {}
 
     def _command(self, slot: Slot) -> list[str]:
-        cmd = [
-            sys.executable,
-            "-m",
-            "spark_storm.cluster.launch",
-            "--parent",
-            str(os.getpid()),
-            "--",
-            sys.executable,
-            "-m",
-            "spark_storm.cli",
-            "--log-level",
-            "INFO",
-            "worker",
-            "--topology",
-            self.topology_path,
-            "--host",
-            slot.host,
-            "--port",
-            str(slot.port),
-            "--workers",
-            self.workers_arg,
-        ]
-        if self.conf_path:
-            cmd += ["--conf", self.conf_path]
+        args = ["--topology", self.topology_path, "--host", slot.host, "--port", str(slot.port)]
+        args += ["--workers", self.workers_arg]
         if self.properties:
-            cmd += ["--filter", self.properties]
-        for key, value in self.overrides.items():
-            cmd += ["--set", f"{key}={json.dumps(value)}"]
-        return cmd
+            args += ["--filter", self.properties]
+        return worker_command(args, self.overrides, self.conf_path)
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
         """Start every worker and wait until each heartbeat says it is running.
@@ -143,10 +116,7 @@ class LocalCluster:
         """(Re)start the worker of ``slot``."""
         log = self.heartbeat_dir / f"worker-{slot.port}.log"
         self.logs[slot] = log
-        with log.open("a") as out:
-            self.procs[slot] = subprocess.Popen(
-                self._command(slot), stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True
-            )
+        self.procs[slot] = launch_worker(self._command(slot), log)
 
     def heartbeat(self, slot: Slot) -> WorkerHeartbeat | None:
         """Return the last heartbeat of the worker of ``slot``, or None before its first."""
@@ -192,6 +162,7 @@ class LocalCluster:
             time.sleep(0.05)
 
     def log_tail(self, slot: Slot, lines: int = 30) -> str:
+        """Return the last ``lines`` lines of the worker's log."""
         try:
             return "\n".join(self.logs[slot].read_text().splitlines()[-lines:])
         except OSError:
@@ -205,23 +176,7 @@ class LocalCluster:
 
     def stop(self, timeout: float = 60.0) -> dict[Slot, int]:
         """SIGTERM every worker (ordered shutdown), wait, SIGKILL stragglers; return exit codes."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        codes = {}
-        for slot, proc in self.procs.items():
-            try:
-                codes[slot] = proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.error(
-                    "worker %s did not stop in %.0fs; its thread stacks go to its log, then it is killed", slot, timeout
-                )
-                if hasattr(signal, "SIGUSR1"):
-                    proc.send_signal(signal.SIGUSR1)
-                    time.sleep(0.5)  # faulthandler writes from the signal handler: give it a moment
-                proc.kill()
-                codes[slot] = proc.wait(10)
+        codes, _killed = stop_workers(self.procs, timeout)
         return codes
 
     def __enter__(self) -> LocalCluster:
