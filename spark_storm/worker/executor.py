@@ -123,15 +123,6 @@ class Executor:
         q = self.queue
         return len(q) == 0 and q.consumed == self._done
 
-    def quiesce(self, timeout: float) -> bool:
-        """Wait until a deactivated executor is between batches (a rollback then owns its state)."""
-        deadline = time.monotonic() + timeout
-        while self._busy and self._thread.is_alive():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-        return True
-
     @property
     def busy(self) -> bool:
         """Inside a batch (its thread alive)."""

@@ -3,9 +3,13 @@
 A worker that starts with a bad value must say so at once, naming the key — not run
 half-way (a receive thread that dies on its first batch, a timer that never beats) or
 break later (a SIGTERM that cannot compute its deadline).  :meth:`WorkerSettings.from_conf`
-reads each ``topology.*`` / ``worker.*`` key the worker uses with a typed getter whose
-error names the key, the value and what is allowed; nothing else in the worker parses
-configuration.
+reads each ``topology.*`` / ``worker.*`` key the worker process uses with a typed getter
+whose error names the key, the value and what is allowed.  The other settings objects are
+read once the same way: :class:`~spark_storm.worker.checkpoint.CheckpointSettings` (the
+``topology.state.*`` keys, beside these), and per component, whose configuration may
+override the topology's: a spout's pending limit and wait (the spout executor), a window's
+spec (:func:`~spark_storm.topology.windows.window_spec`), a multilang child's settings
+(:class:`~spark_storm.shell.MultilangSettings`).
 """
 
 from __future__ import annotations
