@@ -36,7 +36,7 @@ from typing import Any
 from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError, ConnectionClosedError
-from spark_storm.messaging import IClient, IServer
+from spark_storm.messaging import ConnectionStatus, IClient, IServer
 from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
@@ -475,7 +475,7 @@ class Worker:
         Only connections of the current plan count: one closed by a refresh is not a loss.
         """
         connections = self.connections
-        ready = {slot for slot, conn in connections.items() if conn.status.value == "ready"}
+        ready = {slot for slot, conn in connections.items() if conn.status is ConnectionStatus.READY}
         lost = (self._ready_peers & set(connections)) - ready
         self._ready_peers = ready
         if lost and not self._stopping.is_set():
