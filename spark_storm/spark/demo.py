@@ -14,7 +14,7 @@ the committed counts equal the counts Spark computes from the same sentences.  S
 own console output (progress bar, INFO/WARN log) is off unless ``--verbose``.
 
 ``--on-spark`` hosts the workers in the demo's own Spark instead (``deploy()``: one
-supervisor task per worker in ``local[workers + 1]``, nimbus and ZooKeeper on the driver),
+supervisor task per worker in ``local[workers + 2]``, nimbus and ZooKeeper on the driver),
 fed through ZooKeeper; ``--kill-worker`` then SIGKILLs a supervisor task and Spark runs it again.
 """
 
@@ -406,7 +406,7 @@ def _run_on_spark(
     kill_worker: bool,
 ) -> int:
     """``--on-spark``: the demo's own Spark hosts the workers (``deploy()``), and feeds them through ZooKeeper."""
-    master = f"local[{workers + 1},4]"  # a task slot per worker, and one for the stream
+    master = f"local[{workers + 2},4]"  # a task slot per worker, and two for the stream (its 2 partitions)
     print(f"starting Spark ({master}) with {workers} workers of the {kind} wordcount topology as its tasks ...")
     spark = local_session("spark-storm-demo", master=master, quiet=not verbose)
     query = None
