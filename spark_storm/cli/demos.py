@@ -97,8 +97,8 @@ def transport_demo(args: argparse.Namespace) -> int:
 def spark_demo(args: argparse.Namespace) -> int:
     """``spark-storm demo``: local Spark streaming sentences into a wordcount topology."""
     try:
-        from spark_storm.spark.demo import run_demo
-        from spark_storm.spark.demo_windows import run_windows_demo
+        from spark_storm.demos.windows import run_windows_demo
+        from spark_storm.demos.wordcount import run_demo
     except ImportError as exc:
         print(f"the demo needs the Spark extra: pip install 'spark-storm[spark]' ({exc})", file=sys.stderr)
         return 2

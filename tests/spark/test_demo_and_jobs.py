@@ -48,17 +48,17 @@ def test_the_windows_demo_prints_windows_as_they_close_and_each_equals_sparks() 
 
 
 def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> None:
-    from spark_storm.spark.demo import _logs_line
+    from spark_storm.demos.scaffold import logs_line
 
     # The demo keeps its workers' logs in its own folder, and a MISMATCH line names them.
     cluster = LocalCluster(str(wordcount(tmp_path)), 1, work_dir=tmp_path / "demo" / "workers")
     with cluster:
         (slot,) = cluster.slots
         log = tmp_path / "demo" / "workers" / f"worker-{slot.port}.log"
-        line = _logs_line(cluster, {slot: 0})
+        line = logs_line(cluster, {slot: 0})
         assert line == f"the worker logs: {log}"
         assert "listening" in log.read_text()
-        assert _logs_line(cluster, {slot: 1}) == f"the worker logs: {log} (exit code 1)"
+        assert logs_line(cluster, {slot: 1}) == f"the worker logs: {log} (exit code 1)"
 
 
 def test_wordcount_job_runs_under_spark_submit(tmp_path: Path) -> None:

@@ -15,7 +15,20 @@ import spark_storm.messaging.wire
 import spark_storm.ui
 
 PKG = Path(__file__).resolve().parents[2] / "spark_storm"
-ORDER = ["messaging", "multilang", "codec", "state", "topology", "transport", "cluster", "worker", "shell", "ui", "spark"]
+ORDER = [
+    "messaging",
+    "multilang",
+    "codec",
+    "state",
+    "topology",
+    "transport",
+    "cluster",
+    "worker",
+    "shell",
+    "ui",
+    "spark",
+    "demos",
+]
 
 
 def _imports(path: Path) -> set[str]:

@@ -31,15 +31,14 @@ import yaml
 
 from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.config import default_config
-from spark_storm.spark.demo import (
+from spark_storm.demos.scaffold import (
     TRIGGER_S,
-    _acked,
-    _drained,
-    _health,
-    _kill_one,
-    _logs_line,
-    _Sent,
-    _stop_between_batches,
+    Sent,
+    acked,
+    health,
+    kill_one,
+    logs_line,
+    wind_down,
 )
 from spark_storm.spark.session import local_session
 from spark_storm.ui import serve_local_ui
@@ -84,7 +83,7 @@ def _start_query(
     topo: Path,
     cluster: LocalCluster,
     work: Path,
-    listener: _Sent,
+    listener: Sent,
 ) -> Any:
     df = spark.readStream.format("rate").option("rowsPerSecond", rate).load()
     df = df.select(*_sentences("value", corpus, start_ms, rate))
@@ -140,7 +139,7 @@ class _Printer:
 
 
 def _stream(
-    query: Any, cluster: LocalCluster, listener: _Sent, printer: _Printer, seconds: float, kill_worker: bool
+    query: Any, cluster: LocalCluster, listener: Sent, printer: _Printer, seconds: float, kill_worker: bool
 ) -> bool:
     killed = False
     stop = {"now": False}
@@ -152,13 +151,13 @@ def _stream(
         time.sleep(1.0)
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
-        healths = _health(cluster)
-        per, depth = _acked(healths)
+        healths = health(cluster)
+        per, depth = acked(healths)
         metrics = [ex.get("windows") for h in healths for ex in h["executors"].values()]
         marks = [m["watermark_ms"] for m in metrics if m is not None and m["watermark_ms"] is not None]
         now = time.monotonic()
         if kill_worker and not killed and listener.rows and now - started >= seconds / 2:
-            victim = _kill_one(cluster)
+            victim = kill_one(cluster)
             killed = True
             print(f"t={now - started:5.1f}s  SIGKILLed worker {victim} and restarted it", flush=True)
         mark = _clock(min(marks)) if marks else "-"
@@ -250,7 +249,7 @@ def run_windows_demo(
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     printer = _Printer(work / "windows.jsonl")
     query = spark = None
-    listener = _Sent()
+    listener = Sent()
     killed = False
     between = True
     start_ms = int(time.time()) * 1000
@@ -265,21 +264,22 @@ def run_windows_demo(
         query = _start_query(spark, corpus, rate, start_ms, topo_path, cluster, work, listener)
         killed = _stream(query, cluster, listener, printer, seconds, kill_worker)
     finally:
-        if query is not None:
-            print("stopping the query between two micro-batches ...", flush=True)
-            between = _stop_between_batches(query, listener)
+        between, spark_counts, _ = wind_down(
+            query,
+            spark,
+            listener,
+            cluster,
+            killed,
+            lambda: _spark_windows(spark, corpus, listener.rows, start_ms, rate, window_s),
+            "the words of the same sentences per window",
+        )
         if spark is not None:
-            if listener.rows:
-                print("Spark counts the words of the same sentences per window ...", flush=True)
-                spark_counts = _spark_windows(spark, corpus, listener.rows, start_ms, rate, window_s)
             spark.stop()
-        print("letting the workers drain what they accepted ...", flush=True)
-        _drained(cluster, listener.rows, killed)
         codes = cluster.stop()
         ui.close()
     committed, conflicts = _committed(work, cluster)
     exited = all(c == 0 for c in codes.values())
-    logs = f" (see {_logs_line(cluster, codes)})"
+    logs = f" (see {logs_line(cluster, codes)})"
     print(
         f"\nsentences sent by Spark: {listener.rows:,}; windows closed and committed: {len(committed)}"
         + (" (a worker was SIGKILLed and restarted)" if killed else "")

@@ -20,10 +20,8 @@ fed through ZooKeeper; ``--kill-worker`` then SIGKILLs a supervisor task and Spa
 
 from __future__ import annotations
 
-import os
 import signal
 import tempfile
-import threading
 import time
 from collections import Counter
 from importlib import resources
@@ -31,16 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_storm.cluster.local_cluster import LocalCluster
-from spark_storm.cluster.state import ClusterState
 from spark_storm.config import default_config
-from spark_storm.errors import StormError
-from spark_storm.reports import WorkerMetrics
-from spark_storm.spark.deploy import Deployment, deploy
+from spark_storm.demos.scaffold import (
+    TRIGGER_S,
+    Hosted,
+    Sent,
+    Workers,
+    acked,
+    health,
+    kill_one,
+    logs_line,
+    wind_down,
+)
+from spark_storm.spark.deploy import deploy
 from spark_storm.spark.session import local_session
-from spark_storm.topology import Plan, Slot, Topology, load_topology, parse_slots, plan
+from spark_storm.topology import load_topology
 from spark_storm.ui import serve_local_ui
 
 __all__ = ["ARROW_RATE", "TUPLE_RATE", "run_demo"]
@@ -49,140 +54,7 @@ __all__ = ["ARROW_RATE", "TUPLE_RATE", "run_demo"]
 #: and 20 times that for the columnar one.
 TUPLE_RATE = 2000
 ARROW_RATE = 20 * TUPLE_RATE
-TRIGGER_S = 1.0
-
-
-class _Sent(StreamingQueryListener):
-    """Counts the rows of every micro-batch of one query (``recentProgress`` keeps only 100)."""
-
-    def __init__(self) -> None:
-        self.query_id: str | None = None
-        self.rows = 0
-        self.batches = 0
-        self.slow = 0  # micro-batches that took longer than the trigger interval
-        self.last_ms = 0
-        self.last_batch_id = -1  # the newest micro-batch reported, with rows or without
-        self._lock = threading.Lock()
-
-    def onQueryStarted(self, event: Any) -> None:
-        return None
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        if str(progress.id) != self.query_id:
-            return
-        with self._lock:
-            self.last_batch_id = max(self.last_batch_id, int(progress.batchId))
-        if not progress.numInputRows:
-            return
-        took = int(progress.durationMs.get("triggerExecution", 0))
-        with self._lock:
-            self.rows += int(progress.numInputRows)
-            self.batches += 1
-            self.last_ms = took
-            self.slow += int(took > TRIGGER_S * 1000)
-
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
-
-
-class _Hosted:
-    """The demo's workers as its own Spark hosts them (``deploy()``), asked what a LocalCluster answers."""
-
-    def __init__(self, topo: Deployment, topology: Topology) -> None:
-        self.topo = topo
-        self.topology = topology
-        self._plan: Plan | None = None
-
-    @property
-    def plan(self) -> Plan:
-        """The current assignment's plan; after stop() the last one seen (its tasks are the topology's)."""
-        if self.topo.state in ("starting", "running"):
-            self._plan = self.topo.plan() or self._plan
-        return self._plan or plan(self.topology, "127.0.0.1:1")
-
-    @property
-    def slots(self) -> list[Slot]:
-        workers = self.topo.workers()
-        return parse_slots(",".join(workers)) if workers else []
-
-    def health(self, slot: Slot, timeout: float = 5.0) -> WorkerMetrics:
-        metrics = self.topo.worker_metrics(timeout).get(str(slot))
-        if metrics is None:
-            msg = f"worker {slot} of {self.topology.name} does not answer yet"
-            raise StormError(msg)
-        return metrics
-
-    def kill(self, slot: Slot) -> None:
-        """SIGKILL the supervisor task (Spark's Python worker) that runs ``slot``: Spark runs the task again."""
-        with ClusterState(self.topo.zookeeper, self.topo.settings) as state:
-            pids = [info.pid for info in state.supervisors().values() if slot in info.slots]
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-
-
-Workers = LocalCluster | _Hosted
-
-
-def _health(cluster: Workers) -> list[WorkerMetrics]:
-    out = []
-    for slot in cluster.slots:
-        try:
-            out.append(cluster.health(slot, timeout=5))
-        except (OSError, StormError):
-            continue  # not up yet, or stopping: the caller reads again
-    return out
-
-
-def _acked(healths: list[WorkerMetrics]) -> tuple[Counter[str], int]:
-    """Tuples (rows) acked per component and the total queue depth."""
-    per: Counter[str] = Counter()
-    depth = 0
-    for h in healths:
-        for ex in h["executors"].values():
-            per[ex["component"]] += sum(t["acked"] for t in ex["tasks"].values())
-            depth += ex["queue"]["population"]
-        depth += h["transfer_queue"]["population"]
-    return per, depth
-
-
-def _stop_between_batches(query: Any, listener: _Sent, timeout: float = 60.0) -> bool:
-    """Stop when no micro-batch is running, then wait for the listener to hear of the last one.
-
-    Spark delivers progress events to listeners asynchronously: right after ``stop()`` the
-    last batch's rows may not be counted yet, and the exact counts would be of fewer rows.
-    Return False when a batch was still running at the deadline (it was stopped mid-batch).
-    """
-    deadline = time.monotonic() + timeout
-    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    between = not query.status.get("isTriggerActive")
-    query.stop()
-    last = query.lastProgress
-    target = int(last["batchId"]) if last else -1
-    deadline = time.monotonic() + timeout
-    while listener.last_batch_id < target and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return between
-
-
-def _drained(cluster: Workers, sent: int, killed: bool, timeout: float = 60.0) -> int:
-    """Wait until every queue is empty and the entry bolts acked ``sent`` rows (or timeout); return the acked rows.
-
-    After a kill the acks cannot add up to ``sent``: the killed worker's counts died with it and
-    its restart counts from 0.  Then only the queues are waited for; what the demo checks after
-    a kill is the committed state, which each micro-batch's commit made durable (before, the
-    demo waited out the whole timeout after every ``--kill-worker``).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        per, depth = _acked(_health(cluster))
-        if (depth == 0 and (killed or per["sentences"] >= sent)) or time.monotonic() > deadline:
-            return per["sentences"]
-        time.sleep(0.2)
+WORDS = "the words of the same sentences"
 
 
 def _topology(work: Path, arrow: bool) -> Path:
@@ -198,7 +70,7 @@ def _topology(work: Path, arrow: bool) -> Path:
     return path
 
 
-def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str], work: Path, listener: _Sent) -> Any:
+def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str], work: Path, listener: Sent) -> Any:
     from pyspark.sql import functions as F
 
     sentences = F.array(*[F.lit(s) for s in corpus])
@@ -220,19 +92,7 @@ def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str
     return query
 
 
-def _kill_one(cluster: Workers) -> str:
-    """SIGKILL a worker that runs a source task, and restart it (what a supervisor does); hosted: its task."""
-    the_plan = cluster.plan
-    hosting = {the_plan.task_slot[t] for t in the_plan.component_tasks["sentences"]}
-    victim = next(s for s in cluster.slots if s in hosting)
-    cluster.kill(victim)
-    if isinstance(cluster, LocalCluster):
-        cluster.start_worker(victim)
-        return f"worker {victim}"
-    return f"the supervisor task of worker {victim} (Spark runs it again)"
-
-
-def _stream(query: Any, cluster: Workers, listener: _Sent, seconds: float, kill_worker: bool = False) -> bool:
+def _stream(query: Any, cluster: Workers, listener: Sent, seconds: float, kill_worker: bool = False) -> bool:
     """Print progress every second for ``seconds`` (and until a micro-batch with data went through).
 
     Returns whether a worker was killed (``kill_worker``: half-way, once data flows).
@@ -249,13 +109,13 @@ def _stream(query: Any, cluster: Workers, listener: _Sent, seconds: float, kill_
         time.sleep(1.0)
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
-        per, depth = _acked(_health(cluster))
+        per, depth = acked(health(cluster))
         now = time.monotonic()
         rates = {c: (per[c] - last[1][c]) / (now - last[0]) for c in ("sentences", "split", "count", "report")}
         last = (now, per)
         pace = "keeping up" if listener.last_ms <= TRIGGER_S * 1000 else "BEHIND"
         if kill_worker and not killed and listener.rows and now - started >= seconds / 2:
-            victim = _kill_one(cluster)
+            victim = kill_one(cluster)
             killed = True
             print(f"t={now - started:5.1f}s  SIGKILLed {victim} and restarted it", flush=True)
         print(
@@ -319,7 +179,7 @@ def run_demo(
     cluster = LocalCluster(str(topo_path), workers, work_dir=work / "workers")
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     query = spark = None
-    listener = _Sent()
+    listener = Sent()
     killed = False
     between = True
     exact: Counter[str] | None = None
@@ -333,26 +193,21 @@ def run_demo(
         query = _start_query(spark, corpus, rate, target, work, listener)
         killed = _stream(query, cluster, listener, seconds, kill_worker)
     finally:
-        if query is not None:
-            print("stopping the query between two micro-batches ...", flush=True)
-            between = _stop_between_batches(query, listener)
+        between, exact, processed = wind_down(
+            query, spark, listener, cluster, killed, lambda: _exact_counts(spark, corpus, listener.rows), WORDS
+        )
         if spark is not None:
-            if listener.rows:
-                print("Spark counts the words of the same sentences ...", flush=True)
-                exact = _exact_counts(spark, corpus, listener.rows)
             spark.stop()
-        print("letting the workers drain what they accepted ...", flush=True)
-        processed = _drained(cluster, listener.rows, killed)
         codes = cluster.stop()
         ui.close()
     exited = all(c == 0 for c in codes.values())
-    return _report(work, cluster, listener, processed, exact, between, killed, exited, _logs_line(cluster, codes))
+    return _report(work, cluster, listener, processed, exact, between, killed, exited, logs_line(cluster, codes))
 
 
 def _report(
     work: Path,
     cluster: Workers,
-    listener: _Sent,
+    listener: Sent,
     processed: int,
     exact: Counter[str] | None,
     between: bool,
@@ -410,14 +265,14 @@ def _run_on_spark(
     print(f"starting Spark ({master}) with {workers} workers of the {kind} wordcount topology as its tasks ...")
     spark = local_session("spark-storm-demo", master=master, quiet=not verbose)
     query = None
-    listener = _Sent()
+    listener = Sent()
     killed = False
     between = True
     exact: Counter[str] | None = None
     processed = 0
     try:
         topo = deploy(spark, str(topo_path), workers=workers, ui_port=0)
-        hosted = _Hosted(topo, load_topology(topo_path))
+        hosted = Hosted(topo, load_topology(topo_path))
         try:
             print(hosted.plan.describe(), flush=True)
             print(
@@ -431,29 +286,12 @@ def _run_on_spark(
             query = _start_query(spark, corpus, rate, target, work, listener)
             killed = _stream(query, hosted, listener, seconds, kill_worker)
         finally:
-            if query is not None:
-                print("stopping the query between two micro-batches ...", flush=True)
-                between = _stop_between_batches(query, listener)
-            if listener.rows:
-                print("Spark counts the words of the same sentences ...", flush=True)
-                exact = _exact_counts(spark, corpus, listener.rows)
-            print("letting the workers drain what they accepted ...", flush=True)
-            processed = _drained(hosted, listener.rows, killed)
+            between, exact, processed = wind_down(
+                query, spark, listener, hosted, killed, lambda: _exact_counts(spark, corpus, listener.rows), WORDS
+            )
             print("stopping the topology and its Spark tasks ...", flush=True)
             topo.stop()
     finally:
         spark.stop()
     where = "the worker logs in the supervisor tasks' folders under Spark's local dir"
     return _report(work, hosted, listener, processed, exact, between, killed, topo.state == "stopped", where)
-
-
-def _logs_line(cluster: LocalCluster, codes: dict[Any, int]) -> str:
-    """Name the workers' log files that exist, with the exit code of each worker that failed."""
-    logs = [
-        f"{path} (exit code {codes[slot]})" if codes.get(slot) else str(path)
-        for slot, path in cluster.logs.items()
-        if path.exists()
-    ]
-    if not logs:
-        return f"the workers' folder {cluster.heartbeat_dir}: no worker wrote a log"
-    return "the worker logs: " + ", ".join(logs)
