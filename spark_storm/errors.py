@@ -35,6 +35,7 @@
         +-- StateUnavailableError       the state backend cannot be reached (Redis down); names task and address
         +-- CheckpointError             a checkpoint round could not complete (the sink's commit fails with it)
             +-- CoordinatorBusyError    a worker follows another coordinator right now (its lease)
+        +-- SavepointError              a savepoint is missing, partial, corrupt, newer, another topology's or unmatched
     +-- ServerPackageError              a Spark Connect server's Python workers cannot import spark-storm
     +-- ServiceError                    a server the project's tools run could not start, be reached or stop
         +-- ZooKeeperServerError, KafkaBrokerError, RedisServerError, SparkStandaloneError
@@ -68,6 +69,7 @@ __all__ = [
     "RedisServerError",
     "ReportFormatError",
     "RequestTimeoutError",
+    "SavepointError",
     "SendTimeoutError",
     "ServerPackageError",
     "ServiceError",
@@ -221,6 +223,10 @@ class CheckpointError(StateError):
 
 class CoordinatorBusyError(CheckpointError):
     """A worker is coordinated by someone else right now (try again once its lease ends)."""
+
+
+class SavepointError(StateError):
+    """A savepoint cannot be written, read or restored; the message names the file or component and the fix."""
 
 
 class TargetError(ConfigError):

@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import logging
 import re
+import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, NotRequired, TypedDict, cast
 
-from spark_storm.errors import ReportFormatError
+from spark_storm.errors import ReportFormatError, SavepointError
 
 __all__ = [
     "HEARTBEAT_FILE_NAME",
@@ -53,6 +54,7 @@ __all__ = [
     "parse_heartbeat",
     "parse_worker_metrics",
     "read_heartbeat_file",
+    "request_savepoint",
 ]
 
 logger = logging.getLogger(__name__)
@@ -416,3 +418,37 @@ def read_worker_metrics(host: str, port: int, timeout: float) -> WorkerMetrics:
     url = f"http://{host}:{port}/health"
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return parse_worker_metrics(r.read(), f"GET {url}")
+
+
+def request_savepoint(
+    host: str, port: int, parent: str, *, commit_first: bool = False, version: int = 0, timeout: float = 120.0
+) -> dict[str, Any]:
+    """``POST http://host:port/savepoint``: the worker there coordinates a savepoint of its topology under ``parent``.
+
+    Returns the worker's answer: ``path``, ``epoch``, ``id``, ``components`` ({id: tasks}), ``batches``.
+
+    Raises
+    ------
+    SavepointError
+        The worker refused or failed (its reason), or did not answer within ``timeout`` seconds.
+    """
+    url = f"http://{host}:{port}/savepoint"
+    body = json.dumps({"dir": parent, "commit_first": commit_first, "version": version}).encode()
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            answer = json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            reason = json.loads(exc.read()).get("errorMessage", str(exc))
+        except ValueError:
+            reason = str(exc)
+        msg = f"savepoint refused by the worker at {host}:{port}: {reason}"
+        raise SavepointError(msg) from exc
+    except (OSError, ValueError) as exc:
+        msg = f"savepoint: the worker at {host}:{port} did not answer POST /savepoint within {timeout:.0f}s ({exc})"
+        raise SavepointError(msg) from exc
+    if not isinstance(answer, dict) or "path" not in answer:
+        msg = f"savepoint: POST {url} answered {answer!r}, not a savepoint"
+        raise SavepointError(msg)
+    return answer

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_storm.cluster.launch import launch_worker, stop_workers, worker_command
-from spark_storm.errors import StormError
+from spark_storm.errors import SavepointError, StormError
 from spark_storm.netutil import free_ports
 from spark_storm.reports import (
     WorkerHeartbeat,
@@ -32,6 +32,7 @@ from spark_storm.reports import (
     metrics_endpoint,
     read_heartbeat_file,
     read_worker_metrics,
+    request_savepoint,
 )
 from spark_storm.topology.assignment import Slot, plan
 from spark_storm.topology.loader import load_topology
@@ -140,6 +141,29 @@ class LocalCluster:
             msg = f"worker {slot} of {self.topology.name}: {what}; its /health cannot be read"
             raise StormError(msg)
         return read_worker_metrics(endpoint[0], endpoint[1], timeout)
+
+    def savepoint(self, parent: str | Path, *, commit_first: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+        """Write a savepoint of the topology under ``parent`` (coordinated by the first worker that answers).
+
+        Returns the worker's answer (``path``, ``epoch``, ...).  See ``spark-storm savepoint``.
+        """
+        errors = []
+        for slot in self.slots:
+            hb = self.heartbeat(slot)
+            endpoint = None if hb is None else metrics_endpoint(hb, slot.host)
+            if endpoint is None:
+                errors.append(f"{slot}: no HTTP endpoint")
+                continue
+            try:
+                return request_savepoint(
+                    endpoint[0], endpoint[1], str(parent), commit_first=commit_first, timeout=timeout
+                )
+            except SavepointError as exc:
+                if "did not answer" not in str(exc):
+                    raise
+                errors.append(str(exc))
+        msg = f"no worker of {self.topology.name} could take the savepoint: {'; '.join(errors)}"
+        raise SavepointError(msg)
 
     def wait_running(self, timeout: float = 60.0, slots: list[Slot] | None = None) -> None:
         """Wait for "running" heartbeats; raise with the worker's log tail if one dies."""

@@ -11,6 +11,11 @@ A backend (``topology.state.provider``) hands out, per task:
   ``entries(after=C)`` for a replay, ``truncate(E)`` once ``E`` is committed, and the
   group keys it holds, so a group that comes again is known as a replay.
 
+Both can be *reset* to what a savepoint holds (:mod:`spark_storm.state.savepoint`): the
+task's entries replaced, the log emptied with the savepoint's batches, and an *origin*
+marker written last, which names the restore so that a worker restarted later does not
+reset the task again.
+
 Entries and records are encoded once for every backend (:mod:`spark_storm.state.format`).
 """
 
@@ -21,9 +26,10 @@ import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from spark_storm.errors import StateCorruptError
+from spark_storm.errors import SavepointError, StateCorruptError
 from spark_storm.messaging.api import GroupKey
-from spark_storm.state.format import Entry, LogRecord, encode_entry_parts
+from spark_storm.state.format import Entry, LogRecord, encode_entry, encode_entry_parts
+from spark_storm.state.kv import DELETED
 
 __all__ = ["NO_EPOCH", "InputLog", "StateBackend", "TaskStore"]
 
@@ -135,6 +141,39 @@ class TaskStore(abc.ABC):
         """Where this task's entries live, for messages."""
         return f"task {self.task}"
 
+    # --- savepoints ------------------------------------------------------------------------------
+    def read_raw(self, epoch: int) -> bytes:
+        """Return epoch ``epoch``'s entry as stored (what a savepoint copies); this default re-encodes it."""
+        entry = self.read(epoch)
+        return encode_entry(entry.epoch, entry.full, {**entry.puts, **dict.fromkeys(entry.deletes, DELETED)})
+
+    def origin(self) -> str | None:
+        """Return the restore this task's entries came from (None: none recorded)."""
+        raise SavepointError(_no_origin(self))
+
+    def set_origin(self, origin: str) -> None:
+        """Durably record the restore this task's entries came from."""
+        raise SavepointError(_no_origin(self))
+
+    def reset(self, epoch: int, entries: Sequence[tuple[int, bool, bytes]], origin: str) -> None:
+        """Replace every entry by ``entries`` ((epoch, full, raw bytes), oldest first), committed at ``epoch``.
+
+        The origin is written last: a reset cut short by a crash is done again by the next start.
+        """
+        self.delete(self.epochs())
+        for entry_epoch, full, data in entries:
+            self.write_encoded(entry_epoch, full, [data])
+        self.mark_committed(epoch)
+        self.set_origin(origin)
+
+
+def _no_origin(where: TaskStore | InputLog) -> str:
+    return (
+        f"{where.describe()}: the {type(where).__name__} keeps no origin marker, so a topology cannot start "
+        "from a savepoint on this state provider; implement origin(), set_origin() and reset() (see "
+        "spark_storm.state.backend) or use the embedded or redis provider"
+    )
+
 
 #: Keys of truncated groups kept at most (the oldest go first, with a warning).
 MAX_KEPT_KEYS: Final = 200_000
@@ -159,6 +198,10 @@ class InputLog(abc.ABC):
     def __init__(self, task: int) -> None:
         self.task = task
         self._kept: dict[GroupKey, None] = {}
+
+    def describe(self) -> str:
+        """Where this log lives, for messages."""
+        return f"task {self.task}'s input log"
 
     def _keep(self, keys: list[GroupKey]) -> None:
         """Remember truncated groups whose batch their query has not committed yet."""
@@ -250,6 +293,34 @@ class InputLog(abc.ABC):
     @abc.abstractmethod
     def set_committed_batches(self, batches: Mapping[str, int]) -> None:
         """Durably record the committed batch of each query (merged: ids only grow)."""
+
+    # --- savepoints ------------------------------------------------------------------------------
+    def kept(self) -> list[GroupKey]:
+        """Keys of truncated groups whose batch their query has not committed (a savepoint keeps them)."""
+        return list(self._kept)
+
+    def origin(self) -> str | None:
+        """Return the restore this log was reset by (None: none recorded)."""
+        raise SavepointError(_no_origin(self))
+
+    def set_origin(self, origin: str) -> None:
+        """Durably record the restore this log was reset by."""
+        raise SavepointError(_no_origin(self))
+
+    def _clear(self) -> None:
+        """Drop every segment, barrier marker, group key, kept key and committed batch."""
+        raise SavepointError(_no_origin(self))
+
+    def reset(self, batches: Mapping[str, int], kept: Sequence[GroupKey], origin: str) -> None:
+        """Empty the log, as a savepoint leaves it: its committed ``batches`` and the ``kept`` keys of open ones.
+
+        The origin is written last: a reset cut short by a crash is done again by the next start.
+        """
+        self._clear()
+        self.set_committed_batches(batches)
+        self._kept = dict.fromkeys(kept)
+        self._store_kept(list(self._kept))
+        self.set_origin(origin)
 
 
 class StateBackend(abc.ABC):

@@ -8,6 +8,7 @@ of a host so that a task that moves between them keeps its state::
     task-7/e000000000041.full               the whole state at epoch 41 (a snapshot)
     task-7/e000000000042.delta              keys changed in epoch 42 (tombstones for deletes)
     task-3/log/BATCHES                      {"<query id>": 17}: batches in committed state
+    task-7/ORIGIN, task-3/log/ORIGIN        {"origin": "<restore id>"}: the savepoint restore it came from
     task-3/log/e000000000043-s000000000009-h_6700_4242.log   records a worker accepted
 
 Entries are written to a temporary file, ``fsync``ed and renamed into place, so a reader
@@ -121,6 +122,16 @@ def _read_json(path: Path, what: str) -> Any:
         raise StateCorruptError(msg) from exc
 
 
+def _read_origin(path: Path, what: str) -> str | None:
+    data = _read_json(path, what)
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("origin"), str):
+        msg = f"{what}: {path} holds {data!r}, not a restore id; it is corrupt (delete it to restore again)"
+        raise StateCorruptError(msg)
+    return str(data["origin"])
+
+
 class FileTaskStore(TaskStore):
     """A task's changelog as one file per epoch."""
 
@@ -192,6 +203,23 @@ class FileTaskStore(TaskStore):
             path = entries.get(epoch)
             if path is not None:
                 path.unlink(missing_ok=True)
+
+    def read_raw(self, epoch: int) -> bytes:
+        path = self._entries().get(epoch)
+        if path is None:
+            msg = f"task {self.task}: no entry for epoch {epoch} in {self.dir}"
+            raise StateCorruptError(msg)
+        return path.read_bytes()
+
+    def entry_path(self, epoch: int) -> Path | None:
+        """Return the file of epoch ``epoch``'s entry (None: there is none)."""
+        return self._entries().get(epoch)
+
+    def origin(self) -> str | None:
+        return _read_origin(self.dir / "ORIGIN", f"task {self.task}")
+
+    def set_origin(self, origin: str) -> None:
+        _write_atomic(self.dir / "ORIGIN", json.dumps({"origin": origin}).encode())
 
 
 class FileInputLog(InputLog):
@@ -354,6 +382,23 @@ class FileInputLog(InputLog):
             merged = dict(list(merged.items())[-256:])
         _write_atomic(self.dir / "BATCHES", json.dumps(merged).encode())
         self._prune_kept()
+
+    def origin(self) -> str | None:
+        return _read_origin(self.dir / "ORIGIN", f"task {self.task}'s input log")
+
+    def set_origin(self, origin: str) -> None:
+        _write_atomic(self.dir / "ORIGIN", json.dumps({"origin": origin}).encode())
+
+    def _clear(self) -> None:
+        self._close_fd()
+        for _epoch, _seq, path in self._segments():
+            path.unlink(missing_ok=True)
+        for name in ("BARRIER", "BATCHES", "KEPT", "ORIGIN"):
+            (self.dir / name).unlink(missing_ok=True)
+        _fsync_dir(self.dir)
+        self._keys = {}
+        self._kept = {}
+        self._unsynced = []
 
     def shutdown(self) -> None:
         """Close the open segment (durably)."""

@@ -36,6 +36,7 @@ class _MemoryTaskStore(TaskStore):
         self._entries: dict[int, bytes] = {}
         self._fulls: set[int] = set()
         self._committed = NO_EPOCH
+        self._origin: str | None = None
         self._lock = threading.Lock()
 
     def describe(self) -> str:
@@ -78,6 +79,19 @@ class _MemoryTaskStore(TaskStore):
                 self._entries.pop(epoch, None)
                 self._fulls.discard(epoch)
 
+    def read_raw(self, epoch: int) -> bytes:
+        data = self._entries.get(epoch)
+        if data is None:
+            msg = f"task {self.task}: no entry for epoch {epoch} in memory"
+            raise StateCorruptError(msg)
+        return data
+
+    def origin(self) -> str | None:
+        return self._origin
+
+    def set_origin(self, origin: str) -> None:
+        self._origin = origin
+
 
 class _MemoryInputLog(InputLog):
     def __init__(self, task: int) -> None:
@@ -87,6 +101,7 @@ class _MemoryInputLog(InputLog):
         self._batches: dict[str, int] = {}
         self._seq = 0
         self._barrier = NO_EPOCH
+        self._origin: str | None = None
 
     def describe(self) -> str:
         return f"task {self.task}'s input log in memory"
@@ -147,6 +162,16 @@ class _MemoryInputLog(InputLog):
         for query, batch in batches.items():
             self._batches[query] = max(batch, self._batches.get(query, batch))
         self._prune_kept()
+
+    def origin(self) -> str | None:
+        return self._origin
+
+    def set_origin(self, origin: str) -> None:
+        self._origin = origin
+
+    def _clear(self) -> None:
+        self._segments, self._keys, self._batches, self._kept = [], {}, {}, {}
+        self._barrier, self._origin = NO_EPOCH, None
 
 
 class MemoryBackend(StateBackend):

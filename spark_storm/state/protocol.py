@@ -15,6 +15,10 @@ RESUME      restore epoch C, replay the input logs after it    ok
 PREPARE     barrier E at every source task; answer once every  epoch, dirty, generation
             local stateful task wrote E
 COMMIT      E is committed (with {query id: batch id})         ok
+SAVEPOINT   copy the committed state of every local stateful   epoch, tasks (component, index,
+            task into ``dir`` (E expected); hold the lease     count, state_version, files),
+                                                               batches, kept, uncommitted
+RELEASE     the savepoint is written: the lease is free         ok
 ==========  =================================================  ===============================
 
 Every request is idempotent (a round can be retried from the top), and a round is
@@ -30,22 +34,28 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from spark_storm.codec.serializer import pack_value, unpack_value
 from spark_storm.errors import CheckpointError, CoordinatorBusyError, StormError, TransportError, WireFormatError
 from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_OK, REQUEST_UNHANDLED
+from spark_storm.state.savepoint import ComponentManifest, Manifest, merge_answers, new_savepoint_dir, write_manifest
 
 __all__ = [
     "COMMIT",
     "PAUSE",
     "PREPARE",
+    "RELEASE",
     "RESUME",
+    "SAVEPOINT",
+    "SAVEPOINT_PRIORITY",
     "STATUS",
     "Coordinator",
     "CoordinatorBusyError",
@@ -63,7 +73,45 @@ PAUSE: Final = 2
 RESUME: Final = 3
 PREPARE: Final = 4
 COMMIT: Final = 5
-OP_NAMES: Final = {STATUS: "STATUS", PAUSE: "PAUSE", RESUME: "RESUME", PREPARE: "PREPARE", COMMIT: "COMMIT"}
+SAVEPOINT: Final = 6
+RELEASE: Final = 7
+OP_NAMES: Final = {
+    STATUS: "STATUS",
+    PAUSE: "PAUSE",
+    RESUME: "RESUME",
+    PREPARE: "PREPARE",
+    COMMIT: "COMMIT",
+    SAVEPOINT: "SAVEPOINT",
+    RELEASE: "RELEASE",
+}
+#: A savepoint's coordinator outranks a Spark driver's (1) and the interval rounds (0): a driver's
+#: commit waits (BUSY) while the workers copy their state, and goes on after the RELEASE.
+SAVEPOINT_PRIORITY: Final = 2
+
+
+def _manifest(
+    root: Path, ident: str, topology: str, version: int, epoch: int, answers: Mapping[str, Mapping[str, Any]]
+) -> Manifest:
+    """Return the manifest of the workers' SAVEPOINT answers (CheckpointError if a stateful task is missing)."""
+    components: dict[str, ComponentManifest] = {}
+    seen: dict[str, set[int]] = {}
+    files: dict[str, tuple[int, int]] = {}
+    for worker, answer in answers.items():
+        for task in answer.get("tasks", []):
+            component = str(task["component"])
+            meta = ComponentManifest(int(task["count"]), int(task["state_version"]), bool(task["windowed"]))
+            if components.setdefault(component, meta) != meta:
+                msg = f"worker {worker} describes component {component!r} as {meta}, another as {components[component]}"
+                raise CheckpointError(msg)
+            seen.setdefault(component, set()).add(int(task["index"]))
+            files.update({str(p): (int(v[0]), int(v[1])) for p, v in dict(task["files"]).items()})
+    for component, meta in components.items():
+        missing = sorted(set(range(meta.tasks)) - seen[component])
+        if missing:
+            msg = f"no worker saved task(s) {missing} of component {component!r} (a worker is missing from the plan)"
+            raise CheckpointError(msg)
+    batches, kept = merge_answers(answers.values())
+    return Manifest(ident, topology, version, epoch, time.time(), batches, kept, components, files)
 
 
 def encode_body(body: Mapping[str, Any]) -> bytes:
@@ -244,75 +292,138 @@ class Coordinator:
             for ``timeout_s`` (the reason of the last attempt).
         """
         with self._lock:
-            started = time.monotonic()
-            deadline = started + self._timeout_s
-            last_error: Exception | None = None
-            rolled: int | None = None
-            failed_rounds = 0
-            attempt = 0
-            while True:
-                attempt += 1
+            return self._checkpoint(batches, skip_if_stateless)
+
+    def _checkpoint(self, batches: Mapping[str, int] | None, skip_if_stateless: bool) -> RoundResult:
+        started = time.monotonic()
+        deadline = started + self._timeout_s
+        last_error: Exception | None = None
+        rolled: int | None = None
+        failed_rounds = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                statuses = self.status()
+                if skip_if_stateless and not any(s.stateful for s in statuses.values()):
+                    return RoundResult(0, None, attempt, time.monotonic() - started, False)
+                committed = max(s.committed for s in statuses.values())
+                generation = max(s.generation for s in statuses.values())
+                dirty = [f"{s.worker}: {', '.join(s.reasons) or 'dirty'}" for s in statuses.values() if s.dirty]
+                # A barrier that went out without its commit (an earlier attempt failed half-way)
+                # left tasks past the committed epoch: they roll back too.
+                dirty += [
+                    f"{s.worker}: epoch {s.epoch} prepared, not committed"
+                    for s in statuses.values()
+                    if s.epoch > committed and not s.dirty
+                ]
+                # A worker behind the others' generation (it started, or was assigned tasks,
+                # after their last rollback) had what it emitted since dropped on arrival, and
+                # would refuse the PREPARE: everyone rolls back together.
+                dirty += [
+                    f"{s.worker}: generation {s.generation}, the others are at {generation}"
+                    for s in statuses.values()
+                    if s.generation < generation and not s.dirty and s.epoch <= committed
+                ]
+                if dirty:
+                    rolled = committed
+                    self.rollback(committed, generation + 1, dirty)
+                    generation += 1
+                epoch = committed + 1
+                prepared = self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
+                spoiled = [w for w, a in prepared.items() if a.get("dirty")]
+                if spoiled:
+                    msg = f"epoch {epoch} was spoiled while it was prepared (dirty: {', '.join(sorted(spoiled))})"
+                    raise CheckpointError(msg)
+                self._all(COMMIT, {"epoch": epoch, "batches": dict(batches or {})}, self._request_timeout_s)
+                self.rounds += 1
+                duration = time.monotonic() - started
+                logger.info(
+                    "checkpoint: epoch %d committed in %.3fs (attempt %d%s)",
+                    epoch,
+                    duration,
+                    attempt,
+                    f", after a rollback to {rolled}" if rolled is not None else "",
+                )
+                return RoundResult(epoch, rolled, attempt, duration, True)
+            except (TransportError, OSError, CoordinatorBusyError) as exc:  # a worker away, or busy: wait
+                last_error = exc
+                if isinstance(exc, CoordinatorBusyError) and self.priority == 0:
+                    msg = f"standing aside: {exc}"  # a higher-priority coordinator runs the rounds
+                    raise CheckpointError(msg) from exc
+                if time.monotonic() > deadline:
+                    msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
+                    raise CheckpointError(msg) from exc
+                logger.info("checkpoint attempt %d: a worker is unreachable (%s); retrying", attempt, exc)
+                time.sleep(min(1.0, 0.05 * attempt) * (1 + random.random()))
+            except StormError as exc:
+                last_error = exc
+                failed_rounds += 1
+                logger.warning("checkpoint round failed (%d of %d allowed): %s", failed_rounds, self._retries, exc)
+                if failed_rounds >= self._retries or time.monotonic() > deadline:
+                    msg = f"no checkpoint after {failed_rounds} failed rounds: {last_error}"
+                    raise CheckpointError(msg) from exc
+                time.sleep(min(2.0, 0.1 * failed_rounds) * (1 + random.random()))
+
+    # --- a savepoint ----------------------------------------------------------------------------------
+    def savepoint(
+        self, parent: str | Path, topology: str, version: int, *, commit_first: bool, attempts: int = 3
+    ) -> tuple[Path, Manifest]:
+        """Write a savepoint of every stateful task at one committed epoch under ``parent``; return it.
+
+        ``commit_first`` runs a round before (``kill --savepoint``: what the workers accepted is
+        committed, so the savepoint leaves nothing behind) and again while a worker still holds
+        input after the epoch.  Without it the savepoint is of the last committed epoch (a
+        round first only if a worker is dirty or behind).  Every request carries
+        :data:`SAVEPOINT_PRIORITY`: no other coordinator commits while the workers copy; the
+        RELEASE at the end lets them go on.
+
+        Raises
+        ------
+        CheckpointError
+            The workers did not agree on one committed epoch after ``attempts`` tries, a worker
+            could not copy its state, or the topology has no state (the reason names which).
+        """
+        with self._lock:
+            try:
+                return self._savepoint(Path(parent), topology, version, commit_first, max(1, attempts))
+            finally:
                 try:
-                    statuses = self.status()
-                    if skip_if_stateless and not any(s.stateful for s in statuses.values()):
-                        return RoundResult(0, None, attempt, time.monotonic() - started, False)
-                    committed = max(s.committed for s in statuses.values())
-                    generation = max(s.generation for s in statuses.values())
-                    dirty = [f"{s.worker}: {', '.join(s.reasons) or 'dirty'}" for s in statuses.values() if s.dirty]
-                    # A barrier that went out without its commit (an earlier attempt failed half-way)
-                    # left tasks past the committed epoch: they roll back too.
-                    dirty += [
-                        f"{s.worker}: epoch {s.epoch} prepared, not committed"
-                        for s in statuses.values()
-                        if s.epoch > committed and not s.dirty
-                    ]
-                    # A worker behind the others' generation (it started, or was assigned tasks,
-                    # after their last rollback) had what it emitted since dropped on arrival, and
-                    # would refuse the PREPARE: everyone rolls back together.
-                    dirty += [
-                        f"{s.worker}: generation {s.generation}, the others are at {generation}"
-                        for s in statuses.values()
-                        if s.generation < generation and not s.dirty and s.epoch <= committed
-                    ]
-                    if dirty:
-                        rolled = committed
-                        self.rollback(committed, generation + 1, dirty)
-                        generation += 1
-                    epoch = committed + 1
-                    prepared = self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
-                    spoiled = [w for w, a in prepared.items() if a.get("dirty")]
-                    if spoiled:
-                        msg = f"epoch {epoch} was spoiled while it was prepared (dirty: {', '.join(sorted(spoiled))})"
-                        raise CheckpointError(msg)
-                    self._all(COMMIT, {"epoch": epoch, "batches": dict(batches or {})}, self._request_timeout_s)
-                    self.rounds += 1
-                    duration = time.monotonic() - started
-                    logger.info(
-                        "checkpoint: epoch %d committed in %.3fs (attempt %d%s)",
-                        epoch,
-                        duration,
-                        attempt,
-                        f", after a rollback to {rolled}" if rolled is not None else "",
-                    )
-                    return RoundResult(epoch, rolled, attempt, duration, True)
-                except (TransportError, OSError, CoordinatorBusyError) as exc:  # a worker away, or busy: wait
-                    last_error = exc
-                    if isinstance(exc, CoordinatorBusyError) and self.priority == 0:
-                        msg = f"standing aside: {exc}"  # a higher-priority coordinator runs the rounds
-                        raise CheckpointError(msg) from exc
-                    if time.monotonic() > deadline:
-                        msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
-                        raise CheckpointError(msg) from exc
-                    logger.info("checkpoint attempt %d: a worker is unreachable (%s); retrying", attempt, exc)
-                    time.sleep(min(1.0, 0.05 * attempt) * (1 + random.random()))
-                except StormError as exc:
-                    last_error = exc
-                    failed_rounds += 1
-                    logger.warning("checkpoint round failed (%d of %d allowed): %s", failed_rounds, self._retries, exc)
-                    if failed_rounds >= self._retries or time.monotonic() > deadline:
-                        msg = f"no checkpoint after {failed_rounds} failed rounds: {last_error}"
-                        raise CheckpointError(msg) from exc
-                    time.sleep(min(2.0, 0.1 * failed_rounds) * (1 + random.random()))
+                    self._all(RELEASE, {}, self._request_timeout_s)
+                except (StormError, OSError) as exc:  # the lease ends on its own
+                    logger.warning("savepoint: a worker did not take the RELEASE (%s); its lease runs out", exc)
+
+    def _savepoint(
+        self, parent: Path, topology: str, version: int, commit_first: bool, attempts: int
+    ) -> tuple[Path, Manifest]:
+        reason = ""
+        for attempt in range(1, attempts + 1):
+            statuses = self.status()
+            if not any(s.stateful for s in statuses.values()):
+                msg = f"topology {topology!r} has no stateful component: there is nothing to save"
+                raise CheckpointError(msg)
+            committed = max(s.committed for s in statuses.values())
+            behind = [s.worker for s in statuses.values() if s.dirty or s.epoch > committed]
+            if commit_first or behind or reason:
+                committed = self._checkpoint({}, True).epoch
+            root, ident = new_savepoint_dir(parent, topology, committed)
+            root.mkdir(parents=True)
+            answers = self._all(SAVEPOINT, {"dir": str(root), "epoch": committed}, self._timeout_s)
+            epochs = {w: int(a["epoch"]) for w, a in answers.items() if a.get("stateful", True)}
+            left = {w: int(a.get("uncommitted", 0)) for w, a in answers.items() if a.get("uncommitted")}
+            if set(epochs.values()) - {committed}:
+                reason = f"the workers' committed epochs differ ({epochs}); another commit came between"
+            elif commit_first and left:
+                reason = f"input came after epoch {committed} ({left} records): it is committed first"
+            else:
+                manifest = _manifest(root, ident, topology, version, committed, answers)
+                write_manifest(root, manifest)
+                logger.info("savepoint of %s at epoch %d written to %s", topology, committed, root)
+                return root, manifest
+            shutil.rmtree(root, ignore_errors=True)
+            logger.info("savepoint attempt %d: %s; trying again", attempt, reason)
+        msg = f"no savepoint of {topology!r} after {attempts} attempts: {reason}"
+        raise CheckpointError(msg)
 
     # --- a rollback's two steps (a round runs them; an operator or a test may too) -------------------
     def pause(self, generation: int) -> None:

@@ -122,6 +122,23 @@ class _RedisTaskStore(TaskStore):
                 self._r.hdel(self._key + "entries", *[str(e) for e in epochs])
                 self._r.srem(self._key + "fulls", *[str(e) for e in epochs])
 
+    def read_raw(self, epoch: int) -> bytes:
+        with self._guard():
+            data = self._r.hget(self._key + "entries", str(epoch))
+        if data is None:
+            msg = f"task {self.task}: no entry for epoch {epoch} in Redis at {self._address}"
+            raise StateCorruptError(msg)
+        return bytes(data)
+
+    def origin(self) -> str | None:
+        with self._guard():
+            raw = self._r.get(self._key + "origin")
+        return None if raw is None else bytes(raw).decode()
+
+    def set_origin(self, origin: str) -> None:
+        with self._guard():
+            self._r.set(self._key + "origin", origin)
+
 
 class _RedisInputLog(InputLog):
     def __init__(self, task: int, client: Any, key: str, address: str) -> None:
@@ -234,6 +251,24 @@ class _RedisInputLog(InputLog):
                 if batch > merged.get(query, -1):
                     self._r.hset(self._key + "batches", query, str(batch))
         self._prune_kept()
+
+    def origin(self) -> str | None:
+        with self._guard():
+            raw = self._r.get(self._key + "origin")
+        return None if raw is None else bytes(raw).decode()
+
+    def set_origin(self, origin: str) -> None:
+        with self._guard():
+            self._r.set(self._key + "origin", origin)
+
+    def _clear(self) -> None:
+        with self._guard():
+            segments = [f"{self._key}seg:{seg}" for _epoch, seg in self._segments()]
+            names = ("epochs", "barrier", "batches", "kept", "origin")
+            self._r.delete(*segments, *[self._key + n for n in names])
+        self._open = None
+        self._keys = {}
+        self._kept = {}
 
 
 class RedisBackend(StateBackend):

@@ -1,7 +1,9 @@
 """The worker's HTTP endpoint: Prometheus metrics, health, activate/deactivate.
 
 ``GET /metrics`` (Prometheus text format, written by ``prometheus_client``), ``GET /health``
-(JSON), ``POST /activate``, ``POST /deactivate`` (JSON ``{"active": ...}``).  Binds
+(JSON), ``POST /activate``, ``POST /deactivate`` (JSON ``{"active": ...}``), ``POST /savepoint``
+(JSON ``{"dir": ..., "commit_first": false, "version": 0}``: a savepoint of the whole topology,
+coordinated by this worker; the answer names its path and epoch).  Binds
 ``topology.worker.metrics.host`` (loopback by default).  Replies follow the package's one
 HTTP policy (:mod:`spark_storm.http_policy`): a POST from a web page of another origin is
 refused (403), so a page in the user's browser cannot pause a loopback worker.
@@ -20,6 +22,7 @@ exposition format forbids interleaving families) and the names and escaping are
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import ThreadingHTTPServer
@@ -30,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from spark_storm.errors import StormError
 from spark_storm.http_policy import JsonRequestHandler
 from spark_storm.latency import PROMETHEUS_BOUNDS_S, cumulative_counts
 from spark_storm.reports import WorkerMetrics
@@ -48,6 +52,9 @@ class Controllable(Protocol):
 
     def deactivate(self) -> None:
         """Pause executors."""
+
+    def savepoint(self, parent: str, commit_first: bool = False, version: int = 0) -> dict[str, Any]:
+        """Write a savepoint of the topology under ``parent``; return its path and epoch."""
 
 
 _SERVER_COUNTERS = ("received", "duplicates", "protocol_errors", "auth_failures", "callback_errors")
@@ -216,16 +223,38 @@ def start_metrics_server(worker: Controllable, host: str, port: int) -> tuple[Th
                 self.send_json_error(404, f"no such path: GET {self.path}; try /metrics or /health")
 
         def do_POST(self) -> None:
-            if self.path not in ("/activate", "/deactivate"):
-                self.send_json_error(404, f"no such action: POST {self.path}; POST /activate or /deactivate")
+            if self.path not in ("/activate", "/deactivate", "/savepoint"):
+                self.send_json_error(
+                    404, f"no such action: POST {self.path}; POST /activate, /deactivate or /savepoint"
+                )
                 return
             if self.refuse_cross_origin():
+                return
+            if self.path == "/savepoint":
+                self._savepoint()
                 return
             if self.path == "/activate":
                 worker.activate()
             else:
                 worker.deactivate()
             self.send_json(200, {"active": self.path == "/activate"})
+
+        def _savepoint(self) -> None:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                parent = body["dir"]
+                if not isinstance(parent, str) or not parent:
+                    raise TypeError(parent)
+            except (ValueError, KeyError, TypeError) as exc:
+                self.send_json_error(400, f'POST /savepoint wants JSON {{"dir": "/path"}} ({exc!r})')
+                return
+            try:
+                answer = worker.savepoint(parent, bool(body.get("commit_first")), int(body.get("version") or 0))
+            except StormError as exc:
+                self.send_json_error(409, str(exc))
+                return
+            self.send_json(200, answer)
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

@@ -35,12 +35,12 @@ from typing import Any
 
 from spark_storm.codec.tuples import CLIENT_COMPONENT
 from spark_storm.config import Config
-from spark_storm.errors import ConfigError, ConnectionClosedError
+from spark_storm.errors import CheckpointError, ConfigError, ConnectionClosedError
 from spark_storm.messaging import ConnectionStatus, IClient, IServer
 from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
-from spark_storm.worker.checkpoint import CheckpointManager, IntervalCheckpoints
+from spark_storm.worker.checkpoint import CheckpointManager, IntervalCheckpoints, take_savepoint
 from spark_storm.worker.diagnostics import log_thread_stacks
 from spark_storm.worker.executor import Executor
 from spark_storm.worker.receive import DeserializingConnectionCallback
@@ -259,6 +259,29 @@ class Worker:
         self._active = True
         self._set_active(list(self.executors.values()), True)
         logger.info("worker %s: executors active", self.slot)
+
+    def savepoint(self, parent: str, commit_first: bool = False, version: int = 0) -> dict[str, Any]:
+        """Write a savepoint of the whole topology under ``parent``, coordinated from here (``POST /savepoint``).
+
+        Returns ``{"path": ..., "epoch": ..., "components": {...}}``.
+
+        Raises
+        ------
+        CheckpointError
+            The topology has no state, or the workers could not write one (the reason says why).
+        """
+        checkpoints = self.state.checkpoints
+        if not isinstance(checkpoints, CheckpointManager):
+            msg = f"topology {self.state.plan.topology.name!r} has no stateful component: there is nothing to save"
+            raise CheckpointError(msg)
+        root, manifest = take_savepoint(checkpoints, parent, commit_first, version)
+        return {
+            "path": str(root),
+            "epoch": manifest.epoch,
+            "id": manifest.id,
+            "components": {c: m.tasks for c, m in manifest.components.items()},
+            "batches": manifest.batches,
+        }
 
     def deactivate(self) -> None:
         """Pause executors; their queues fill and hold back senders (Storm's deactivate)."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from spark_storm.worker.checkpoint.alignment import ExecutorCheckpoints, NoAlignment
 from spark_storm.worker.checkpoint.inputs import InputLogs
-from spark_storm.worker.checkpoint.interval import IntervalCheckpoints
+from spark_storm.worker.checkpoint.interval import IntervalCheckpoints, take_savepoint
 from spark_storm.worker.checkpoint.none import NoCheckpoints
 from spark_storm.worker.checkpoint.participant import CheckpointManager
 from spark_storm.worker.checkpoint.settings import CheckpointSettings
@@ -33,6 +33,7 @@ __all__ = [
     "IntervalCheckpoints",
     "NoAlignment",
     "NoCheckpoints",
+    "take_savepoint",
     "topology_is_stateful",
 ]
 

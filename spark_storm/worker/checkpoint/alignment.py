@@ -8,6 +8,11 @@ off the executor thread), sends ``E`` on to every downstream task behind its dat
 lets the held items through.  A rollback (the worker's request thread, with the executor
 paused) puts every task back at the committed epoch.  :class:`NoAlignment` stands in for
 it in a topology without state.
+
+State TTL (docs/state.md) is decided here, at the barrier: the task's clock (its windows'
+watermark, the newest event time its tuples carried, or the wall clock) goes to
+:meth:`~spark_storm.state.kv.TtlKeyValueState.advance`, which stamps the keys written in
+the epoch and removes the expired ones, and the entry records both.
 """
 
 from __future__ import annotations
@@ -22,9 +27,15 @@ from spark_storm.codec.tuples import BROADCAST_TASK, Barrier
 from spark_storm.errors import CheckpointError
 from spark_storm.reports import StateMetrics
 from spark_storm.state import NO_EPOCH, KeyValueState, TaskStore
+from spark_storm.state.format import TtlMeta, encode_entry_parts
+from spark_storm.state.kv import TtlKeyValueState
+from spark_storm.state.ttl import TtlRestore, restore_with_ttl
+from spark_storm.worker.checkpoint.ttl import EventClock, TtlSettings, wall_ms
 from spark_storm.worker.queue import QueueItem
 from spark_storm.worker.stateful import is_stateful
 from spark_storm.worker.stats import LatencyHistogram
+from spark_storm.worker.windows.core import NO_TIME
+from spark_storm.worker.windows.engine import WINDOW_PREFIX
 
 if TYPE_CHECKING:
     from spark_storm.worker.checkpoint.participant import CheckpointManager
@@ -77,6 +88,13 @@ class ExecutorCheckpoints:
         self.stateful = is_stateful(type(next(iter(executor.bolts.values())))) if executor.bolts else False
         self.states: dict[int, KeyValueState] = {}
         self.stores: dict[int, TaskStore] = {}
+        #: State TTL: the component's keys (read once), the event clock of each task that has one of its own.
+        self.ttl = TtlSettings.from_conf(executor.conf, component.id, component.conf) if self.stateful else None
+        self.event_clocks: dict[int, EventClock] = {}
+        if self.ttl is not None and self.ttl.tracks:
+            assert self.ttl.timestamp_field is not None
+            self.event_clocks = {t: EventClock(self.ttl.timestamp_field) for t in tasks}
+        self.expired = 0
         self._keys_since_full: dict[int, int] = {}
         self._snapshot_min = manager.settings.snapshot_min_keys
         self.committed_seen = manager.committed
@@ -95,8 +113,9 @@ class ExecutorCheckpoints:
             return
         for task, bolt in self._ex.bolts.items():
             store = self._manager.task_store(task)
-            epoch, data = store.restore()
+            epoch, data, meta = restore_with_ttl(store)
             state = KeyValueState(data)
+            self._set_ttl(task, state, meta)
             self.states[task] = state
             self.stores[task] = store
             self._keys_since_full[task] = 0
@@ -109,6 +128,35 @@ class ExecutorCheckpoints:
                 self._ex.windows[task].load(state)
         self.restored.set()
 
+    def _set_ttl(self, task: int, state: KeyValueState, meta: TtlRestore) -> None:
+        """Give a restored state its TTL: on (a TTL, its own event clock, or entries written with TTL) or refused."""
+        ttl = self.ttl
+        if ttl is None:
+            return
+        if ttl.refused is not None:
+            state.refuse_ttl(ttl.refused)
+        elif ttl.on or meta.any or state.ttl_on:
+            state.enable_ttl(ttl.ttl_ms, WINDOW_PREFIX).load_ttl(meta.written, meta.ttls, meta.clock)
+        else:
+            state.configure_ttl(ttl.ttl_ms, WINDOW_PREFIX)  # on at the first put with a ttl
+        clock = self.event_clocks.get(task)
+        if clock is not None:  # the event time up to the restored epoch
+            clock.newest = meta.clock if meta.clock is not None else NO_TIME
+
+    def _ttl_now(self, task: int) -> int | None:
+        """Return the task's TTL clock at this barrier, in ms (None: none yet)."""
+        ttl = self.ttl
+        assert ttl is not None
+        if ttl.clock == "processing":
+            return wall_ms()
+        clock = self.event_clocks.get(task)
+        if clock is not None:
+            return clock.now()
+        engine = self._ex.windows.get(task)
+        if engine is not None and engine.watermark.value != NO_TIME:
+            return int(engine.watermark.value)
+        return None
+
     # --- the executor's batches -----------------------------------------------------------------
     def process(self, items: list[QueueItem]) -> int:
         """Run items through the bolts, handling barriers in order and holding aligned channels back."""
@@ -119,7 +167,7 @@ class ExecutorCheckpoints:
             task, payload = item
             if type(payload) is Barrier:
                 if chunk:
-                    weight += self._ex.process(chunk)
+                    weight += self._run(chunk)
                     chunk = []
                 weight += self._on_barrier(task, payload)
                 continue
@@ -128,8 +176,18 @@ class ExecutorCheckpoints:
                 continue
             chunk.append(item)
         if chunk:
-            weight += self._ex.process(chunk)
+            weight += self._run(chunk)
         return weight
+
+    def _run(self, chunk: list[QueueItem]) -> int:
+        if self.event_clocks:  # TTL's event clock: what these tuples say, before the barrier after them
+            clocks = self.event_clocks
+            if len(clocks) == 1:
+                next(iter(clocks.values())).observe(chunk)
+            else:
+                for task, clock in clocks.items():
+                    clock.observe([item for item in chunk if item[0] == task])
+        return self._ex.process(chunk)
 
     def _on_barrier(self, task: int, barrier: Barrier) -> int:
         manager = self._manager
@@ -198,12 +256,25 @@ class ExecutorCheckpoints:
             self._ex.windows[task].save(state, epoch)
         bolt.pre_prepare(epoch)
         store = self.stores[task]
+        if type(state) is TtlKeyValueState:
+            return self._encode_ttl(task, epoch, state)
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
             self._keys_since_full[task] = 0
             return True, store.encode(epoch, True, state.snapshot())
         self._keys_since_full[task] = since
         return False, store.encode(epoch, False, state.take_changes())
+
+    def _encode_ttl(self, task: int, epoch: int, state: TtlKeyValueState) -> tuple[bool, list[bytes]]:
+        """Decide the epoch's expiries at its barrier, and encode them with the changes (docs/state.md)."""
+        expired = state.advance(self._ttl_now(task))
+        self.expired += len(expired)
+        since = self._keys_since_full[task] + state.changed + len(expired)
+        full = since > max(self._snapshot_min, len(state))
+        self._keys_since_full[task] = 0 if full else since
+        changes = state.snapshot() if full else state.take_changes()
+        clock, written, ttls = state.entry_ttl(full)
+        return full, encode_entry_parts(epoch, full, changes, TtlMeta(clock, written, ttls, expired))
 
     def check_commits(self) -> None:
         """Call ``pre_commit`` once a newer epoch is committed (executor thread, between batches)."""
@@ -242,10 +313,12 @@ class ExecutorCheckpoints:
             bolt.pre_rollback()
             store = self.stores[task]
             store.discard_after(epoch)
-            _, data = store.restore(epoch)
+            _, data, meta = restore_with_ttl(store, epoch)
             if store.committed() < epoch:
                 store.mark_committed(epoch)
-            self.states[task].restore(data)
+            state = self.states[task]
+            state.restore(data)
+            self._set_ttl(task, state, meta)
             if task in self._ex.windows:
                 self._ex.windows[task].load(self.states[task])
             self._keys_since_full[task] = 0

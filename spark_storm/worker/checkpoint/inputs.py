@@ -70,6 +70,8 @@ class InputLogs:
         self._last_group: float | None = None
         self.logged_groups = 0
         self.replayed_records = 0
+        #: Resets a log the first time it opens, when the topology starts from a savepoint (seed.py).
+        self.seed: Callable[[int, InputLog], None] | None = None
 
     # --- the table of logs --------------------------------------------------------------------------
     def _is_source(self, task: int) -> bool:
@@ -88,7 +90,10 @@ class InputLogs:
         log = self._logs.get(task)
         if log is not None:
             return log
-        log = self._logs[task] = self._backend().input_log(task, self._writer)
+        log = self._backend().input_log(task, self._writer)
+        if self.seed is not None:
+            self.seed(task, log)
+        self._logs[task] = log
         for query, batch in log.committed_batches().items():
             self._batches[query] = max(batch, self._batches.get(query, batch))
         now = time.monotonic()
@@ -191,6 +196,23 @@ class InputLogs:
         for log in self._logs.values():
             log.truncate(epoch)
             log.retag(epoch, epoch + 1)
+
+    def savepoint_view(self, committed: int) -> dict[str, Any]:
+        """Return what a savepoint at ``committed`` keeps of the logs: batches, kept keys, records after it.
+
+        ``kept`` holds, per source component, the groups of open batches that committed
+        epochs took in whole (a restored topology takes them as replays); groups logged after
+        ``committed`` are not in the savepoint (``uncommitted`` counts their records).
+        """
+        plan = self._state.plan
+        kept: dict[str, list[list[Any]]] = {}
+        uncommitted = 0
+        with self.gate:
+            for task, log in sorted(self._logs.items()):
+                kept.setdefault(plan.task_component[task], []).extend(list(k) for k in log.kept())
+                uncommitted += sum(1 for _ in log.entries(committed))
+            batches = dict(self._batches)
+        return {"batches": batches, "kept": kept, "uncommitted": uncommitted}
 
     # --- the replay -------------------------------------------------------------------------------------
     def replay(self, epoch: int, generation: int, current: Callable[[], int]) -> None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import RequestTimeoutError, StormError
-from spark_storm.state.protocol import Coordinator, WorkerStatus
+from spark_storm.state.protocol import SAVEPOINT_PRIORITY, Coordinator, WorkerStatus
+from spark_storm.state.savepoint import Manifest
 from spark_storm.worker.checkpoint.participant import CheckpointManager
 
-__all__ = ["IntervalCheckpoints"]
+__all__ = ["IntervalCheckpoints", "take_savepoint"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,32 @@ class _ThisWorker:
             msg = f"no answer to request op {op} from this worker within {timeout:.1f}s"
             raise RequestTimeoutError(msg)
         return answer[0]
+
+
+def _endpoints(manager: CheckpointManager) -> dict[str, Any]:
+    """Every worker of the plan as a coordinator in this worker reaches it (itself directly)."""
+    state = manager.state
+    out: dict[str, Any] = {str(slot): conn for slot, conn in state.connections.items()}
+    out[str(state.slot)] = _ThisWorker(manager)
+    return out
+
+
+def take_savepoint(
+    manager: CheckpointManager, parent: str | Path, commit_first: bool, version: int
+) -> tuple[Path, Manifest]:
+    """Coordinate a savepoint of the whole topology from this worker (``POST /savepoint``); return it.
+
+    See :meth:`~spark_storm.state.protocol.Coordinator.savepoint`.
+    """
+    settings = manager.settings
+    coordinator = Coordinator(
+        f"savepoint by worker {manager.state.slot}",
+        lambda: _endpoints(manager),
+        settings.commit_timeout_s,
+        settings.retries,
+        priority=SAVEPOINT_PRIORITY,
+    )
+    return coordinator.savepoint(parent, manager.state.plan.topology.name, version, commit_first=commit_first)
 
 
 class IntervalCheckpoints:
@@ -77,10 +105,7 @@ class IntervalCheckpoints:
         return self._interval_s > 0
 
     def _endpoints(self) -> dict[str, Any]:
-        state = self._manager.state
-        out: dict[str, Any] = {str(slot): conn for slot, conn in state.connections.items()}
-        out[str(state.slot)] = _ThisWorker(self._manager)
-        return out
+        return _endpoints(self._manager)
 
     def driven_by(self, statuses: Mapping[str, WorkerStatus]) -> str | None:
         """Say why a Spark query drives the topology now (the interval rounds stand aside), or None."""

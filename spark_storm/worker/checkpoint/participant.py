@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.config import Config
@@ -27,10 +28,24 @@ from spark_storm.errors import CheckpointError, ConfigError, StateError
 from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
 from spark_storm.reports import CheckpointMetrics
 from spark_storm.state import NO_EPOCH, StateWriter, TaskStore, make_backend
-from spark_storm.state.protocol import COMMIT, OP_NAMES, PAUSE, PREPARE, RESUME, STATUS, decode_body, encode_body
+from spark_storm.state.protocol import (
+    COMMIT,
+    OP_NAMES,
+    PAUSE,
+    PREPARE,
+    RELEASE,
+    RESUME,
+    SAVEPOINT,
+    STATUS,
+    decode_body,
+    encode_body,
+)
+from spark_storm.state.savepoint import write_task
 from spark_storm.topology.model import resolve_class
+from spark_storm.topology.windows import window_spec
 from spark_storm.worker.checkpoint.alignment import ExecutorCheckpoints
 from spark_storm.worker.checkpoint.inputs import InputLogs
+from spark_storm.worker.checkpoint.seed import Seeder
 from spark_storm.worker.checkpoint.settings import CheckpointSettings
 from spark_storm.worker.stateful import is_stateful
 
@@ -71,6 +86,9 @@ class CheckpointManager:
         self.writer = StateWriter()
         slot = state.slot
         self.inputs = InputLogs(state, lambda: self.backend, f"{slot.host}_{slot.port}_{os.getpid()}", self.mark_dirty)
+        #: Starting from a savepoint (topology.state.savepoint.path): checked here, before anything opens.
+        self.seeder = Seeder.from_conf(conf, state.plan)
+        self.inputs.seed = self.seeder.seed_log if self.seeder is not None else None
         self._lease: tuple[str, float, int] | None = None  # (coordinator, time of its last request, priority)
         self._priority_seen: float | None = None  # when a priority coordinator (a Spark driver) last asked
         self.generation = 0
@@ -123,7 +141,10 @@ class CheckpointManager:
         """Return the changelog of local stateful task ``task`` (one object per task, kept)."""
         store = self._stores.get(task)
         if store is None:
-            store = self._stores[task] = self.backend.task_store(task)
+            store = self.backend.task_store(task)
+            if self.seeder is not None:
+                self.seeder.seed_task(task, store)
+            self._stores[task] = store
         return store
 
     def note_restored(self, task: int, epoch: int, had_state: bool) -> None:
@@ -214,7 +235,7 @@ class CheckpointManager:
             if op == STATUS:
                 reply(REQUEST_OK, encode_body(self.status()))
                 return
-            if op not in (PAUSE, RESUME, PREPARE, COMMIT):
+            if op not in (PAUSE, RESUME, PREPARE, COMMIT, SAVEPOINT, RELEASE):
                 reply(REQUEST_FAILED, f"unknown checkpoint request op {op}".encode())
                 return
             busy = self._take_lease(str(args.get("coordinator", "?")), int(args.get("priority", 0)))
@@ -244,6 +265,13 @@ class CheckpointManager:
                     self._commit(
                         int(args["epoch"]), {str(q): int(b) for q, b in dict(args.get("batches") or {}).items()}
                     )
+                    answer = {"ok": True}
+                elif op == SAVEPOINT:
+                    answer = self._savepoint(Path(str(args["dir"])), int(args["epoch"]))
+                elif op == RELEASE:
+                    with self._cond:
+                        if self._lease is not None and self._lease[0] == str(args.get("coordinator")):
+                            self._lease = None
                     answer = {"ok": True}
             if op == PREPARE:
                 answer = waiter()
@@ -485,6 +513,46 @@ class CheckpointManager:
             self._lease = None  # the round is over: the next one may be anybody's
             self.counters["committed_epochs"] += 1
         self.last_commit_at = time.time()
+
+    # --- a savepoint ------------------------------------------------------------------------------------
+    def _savepoint(self, root: Path, expected: int) -> dict[str, Any]:
+        """Copy every local stateful task's committed state into ``root`` (SAVEPOINT; under ``_requests``).
+
+        The coordinator holds the lease from its first request: no epoch commits meanwhile,
+        so the entries up to the committed epoch stay where they are while they are copied.
+        A worker whose committed epoch is not ``expected`` copies nothing and says so.
+        """
+        with self._cond:
+            committed, reasons = self.committed, list(self.dirty_reasons)
+        if reasons:
+            msg = f"worker {self.state.slot} is dirty ({'; '.join(reasons)}): a round must roll it back first"
+            raise CheckpointError(msg)
+        answer: dict[str, Any] = {"epoch": committed, "tasks": [], "stateful": True}
+        if committed != expected:
+            return answer
+        plan = self.state.plan
+        topo = plan.topology
+        for spec in plan.executors_of(self.state.slot):
+            comp = topo.components[spec.component]
+            cls = resolve_class(comp.bolt, "bolt")
+            if not is_stateful(cls):
+                continue
+            ids = list(plan.component_tasks[spec.component])
+            windowed = window_spec(comp.conf, spec.component, topo.conf) is not None
+            for task in spec.tasks:
+                files = write_task(root, spec.component, ids.index(task), self.task_store(task), committed)
+                answer["tasks"].append(
+                    {
+                        "component": spec.component,
+                        "index": ids.index(task),
+                        "count": len(ids),
+                        "state_version": int(getattr(cls, "state_version", 1)),
+                        "windowed": windowed,
+                        "files": {p: list(v) for p, v in files.items()},
+                    }
+                )
+        answer.update(self.inputs.savepoint_view(committed))
+        return answer
 
     # --- /health -------------------------------------------------------------------------------------
     def metrics(self) -> CheckpointMetrics:

@@ -1,0 +1,159 @@
+"""Starting a topology from a savepoint: which state goes where (docs/state.md, "Savepoints").
+
+State is matched **by component id**.  For each stateful component of the new topology:
+
+* in the savepoint with the same task count: each task gets its index's entries, byte for byte;
+* in the savepoint with another task count (a *rescale*): only *keyed* state moves.  Keyed
+  means a bolt behind a fields grouping (a source: routed by a key) whose state keys are its
+  grouping values (one field: the value; several: the list of them).  Each key goes to
+  ``pmod(hash(values), tasks)``, the hash the fields grouping routes by (Spark's Murmur3,
+  :mod:`spark_storm.topology.hashing`), so every key's state is on the task its tuples now
+  reach.  A key of old task ``i`` that does not hash to ``i`` proves the state is not keyed
+  that way: the restore is refused, naming the key (state kept by task index would sit on a
+  task its tuples no longer reach, so it is never guessed);
+* windowed components keep window internals in their state: they restore at the same task
+  count only;
+* not in the savepoint: starts empty.
+
+A stateful component of the savepoint that the new topology lacks (or whose bolt is no
+longer stateful) is refused, naming it, unless ``allow_unmatched`` (Flink's
+``allowNonRestoredState``): its state is then dropped.
+
+Why not Flink's key groups (a fixed number of hash ranges, each moving whole)?  The Spark
+writer and the workers route by ``pmod(hash, tasks)``, which Spark users see and may compute
+themselves; ranges would change that.  Moving keys one by one costs one hash per key at
+restore (measured in ``bench.state``), which a restore pays once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from spark_storm.errors import SavepointError
+from spark_storm.state.savepoint import Savepoint
+from spark_storm.topology.hashing import fields_hash, pmod
+from spark_storm.topology.model import Topology
+from spark_storm.topology.windows import window_spec
+
+__all__ = ["ComponentRestore", "RestorePlan", "plan_restore", "task_share"]
+
+
+@dataclass(frozen=True)
+class ComponentRestore:
+    """How one stateful component of the new topology starts."""
+
+    component: str
+    tasks: int
+    saved_tasks: int  # 0: not in the savepoint (starts empty)
+    saved_version: int = 1
+
+    @property
+    def rescaled(self) -> bool:
+        """Whether its task count differs from the savepoint's."""
+        return self.saved_tasks not in (0, self.tasks)
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """A savepoint matched against a topology: per stateful component, how it starts."""
+
+    savepoint: Savepoint
+    restore_id: str
+    components: dict[str, ComponentRestore]
+    dropped: tuple[str, ...]
+
+
+def plan_restore(
+    savepoint: Savepoint,
+    topology: Topology,
+    stateful: Callable[[str], bool],
+    restore_id: str | None = None,
+    allow_unmatched: bool = False,
+) -> RestorePlan:
+    """Match ``savepoint`` against ``topology`` (``stateful(component id)``: whether its bolt keeps state).
+
+    Raises
+    ------
+    SavepointError
+        One line naming the component and the fix: a saved component missing (without
+        ``allow_unmatched``), or a rescale of state that cannot move (windowed, or not
+        behind a fields grouping).
+    """
+    manifest = savepoint.manifest
+    where = savepoint.describe()
+    gone = sorted(c for c in manifest.components if c not in topology.components or not stateful(c))
+    if gone and not allow_unmatched:
+        names = ", ".join(repr(c) for c in gone)
+        msg = (
+            f"{where} holds the state of {names}, which topology {topology.name!r} has not (or not as a stateful "
+            "bolt); keep the component id, or pass --allow-unmatched-state "
+            "(topology.state.savepoint.allow.unmatched) to drop its state"
+        )
+        raise SavepointError(msg)
+    out: dict[str, ComponentRestore] = {}
+    for cid, comp in topology.components.items():
+        if not stateful(cid):
+            continue
+        saved = manifest.components.get(cid)
+        restore = ComponentRestore(
+            cid, comp.num_tasks, saved.tasks if saved else 0, saved.state_version if saved else 1
+        )
+        if restore.rescaled:
+            _check_rescale(topology, cid, restore, saved.windowed if saved else False, where)
+        out[cid] = restore
+    return RestorePlan(savepoint, restore_id or manifest.id, out, tuple(gone))
+
+
+def _check_rescale(topology: Topology, cid: str, restore: ComponentRestore, windowed: bool, where: str) -> None:
+    comp = topology.components[cid]
+    keep = f"keep its tasks at {restore.saved_tasks} (tasks: {restore.saved_tasks}; parallelism may differ)"
+    if windowed or window_spec(comp.conf, cid, topology.conf) is not None:
+        msg = f"{where}: component {cid!r} is windowed; its windows cannot move between tasks: {keep}"
+        raise SavepointError(msg)
+    groupings = {i.grouping for i in comp.inputs}
+    if comp.source:
+        groupings = {comp.grouping}
+    if groupings - {"fields"}:
+        msg = (
+            f"{where}: component {cid!r} has {restore.saved_tasks} tasks in the savepoint and {restore.tasks} now, "
+            f"but takes {', '.join(sorted(groupings))} grouping: only keyed state (a bolt behind a fields grouping "
+            f"whose state keys are its grouping values) can be rescaled; {keep}"
+        )
+        raise SavepointError(msg)
+
+
+def key_values(key: Any) -> tuple[Any, ...]:
+    """Return the grouping values a state key stands for (a list key: several fields)."""
+    return tuple(key) if isinstance(key, tuple) else (key,)
+
+
+def task_share(
+    states: Iterable[tuple[int, Mapping[Any, Any]]], saved_tasks: int, tasks: int, index: int, where: str
+) -> dict[Any, Any]:
+    """Return the keys of the saved tasks' ``states`` ((old index, state), ...) that task ``index`` of ``tasks`` owns.
+
+    Raises
+    ------
+    SavepointError
+        A key of old task ``i`` does not hash to ``i``: the state is not keyed by the grouping values.
+    """
+    out: dict[Any, Any] = {}
+    for old_index, state in states:
+        for key, value in state.items():
+            try:
+                h = fields_hash(key_values(key))
+            except (TypeError, ValueError) as exc:
+                msg = f"{where}: state key {key!r} of task {old_index} cannot be hashed as grouping values ({exc})"
+                raise SavepointError(msg) from exc
+            if pmod(h, saved_tasks) != old_index:
+                msg = (
+                    f"{where}: state key {key!r} is on task {old_index}, but its grouping values hash to task "
+                    f"{pmod(h, saved_tasks)} of {saved_tasks}: this state is not keyed by its grouping values and "
+                    f"cannot be rescaled; restore it with {saved_tasks} tasks"
+                )
+                raise SavepointError(msg)
+            if pmod(h, tasks) == index:
+                out[key] = value
+    return out

@@ -1,0 +1,116 @@
+"""Savepoints with real worker processes: the upgrade (a new bolt version and value format) and rescaling.
+
+The keyed ledger runs as in test_state_exact (the test plays Spark's writer and driver).  A
+savepoint is taken through a worker's ``POST /savepoint`` (what ``spark-storm savepoint``
+does), the workers stop, and a new topology starts from it; the "query" then goes on from
+its own checkpoint: it resends its last batches (which the savepoint holds: replays, dropped)
+and new ones.  Every key's committed state must equal the answer over every batch once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spark_storm.state.files import EmbeddedBackend
+from spark_storm.state.savepoint import Savepoint
+from tests.support.ledger import ExactRun, expected, ledger_topology, rows_for
+
+pytestmark = pytest.mark.integration
+
+
+def _topology(tmp: Path, run: str, *, tasks: int = 4, bolt: str = "", savepoint: str | None = None) -> Path:
+    """The ledger topology in ``tmp/run``, with ``tasks`` ledger tasks, from ``savepoint`` if given."""
+    where = tmp / run
+    where.mkdir()
+    path = ledger_topology(where)
+    topo = yaml.safe_load(path.read_text())
+    ledger = next(c for c in topo["components"] if c["id"] == "ledger")
+    ledger["tasks"] = tasks
+    ledger["parallelism"] = min(2, tasks)
+    if bolt:
+        ledger["bolt"] = bolt
+    if savepoint is not None:
+        topo["conf"]["topology.state.savepoint.path"] = savepoint
+        topo["conf"]["topology.state.savepoint.restore.id"] = uuid.uuid4().hex
+    path.write_text(yaml.safe_dump(topo))
+    return path
+
+
+class Run(ExactRun):
+    def __init__(self, path: Path, batches: dict[int, list[list[Any]]]) -> None:
+        super().__init__(path, 2)
+        self.batches = batches  # one query across the runs: its batches so far
+        self.dir = path.parent
+
+    def feed(self, batch: int, n: int = 400) -> None:
+        rows = self.batches.get(batch) or rows_for(batch, n)
+        self.send(batch, rows)
+
+    def state(self) -> dict[str, Any]:
+        """Every ledger task's committed state, merged (a key in two tasks fails)."""
+        backend = EmbeddedBackend(self.cluster.topology.name, self.dir / "state")
+        out: dict[str, Any] = {}
+        for task in self.cluster.plan.component_tasks["ledger"]:
+            for key, value in backend.task_store(task).restore()[1].items():
+                assert key not in out, f"key {key} is in two tasks' state"
+                out[key] = value if isinstance(value, dict) else list(value)
+        return out
+
+
+def _as_v2(answer: dict[str, list[int]]) -> dict[str, dict[str, int]]:
+    return {k: {"count": c, "sum": s} for k, (c, s) in answer.items()}
+
+
+def test_an_upgrade_with_a_new_value_format_continues_exact_from_a_savepoint(tmp_path: Path) -> None:
+    batches: dict[int, list[list[Any]]] = {}
+    with Run(_topology(tmp_path, "v1"), batches) as run:
+        for batch in range(2):
+            run.feed(batch)
+            run.commit(batch)
+        run.feed(2)  # accepted, not committed by the "driver": kill --savepoint commits it first
+        taken = run.cluster.savepoint(tmp_path / "savepoints", commit_first=True)
+        v1_state = run.state()
+    print(f"savepoint {taken['path']} at epoch {taken['epoch']}: {taken['components']}, batches {taken['batches']}")
+    saved = Savepoint.open(taken["path"], topology="ledger")
+    assert saved.manifest.components["ledger"].tasks == 4
+    assert saved.manifest.batches == {"q-ledger": 1}
+    # batch 2 is in the state (commit_first's round), its "driver" never committed it: its groups are kept
+    assert {k[1] for k in saved.manifest.kept["in"]} == {2}
+    assert v1_state == expected(batches)
+
+    bolt = "tests.integration.savepoint_bolts:LedgerBoltV2"
+    with Run(_topology(tmp_path, "v2", bolt=bolt, savepoint=taken["path"]), batches) as run:
+        assert run.state() == _as_v2(expected(batches))  # migrated at restore, before any input
+        run.feed(2)  # the query restarts from its checkpoint: batch 2 again, every group a replay
+        run.commit(2)
+        run.feed(3)
+        result = run.commit(3)
+        print(f"after the upgrade: epoch {result.epoch} (savepoint epoch {taken['epoch']})")
+        assert result.epoch == taken["epoch"] + 2
+        assert run.state() == _as_v2(expected(batches))
+
+
+def test_keyed_state_rescales_from_four_tasks_to_six_and_then_to_three(tmp_path: Path) -> None:
+    batches: dict[int, list[list[Any]]] = {}
+    with Run(_topology(tmp_path, "four"), batches) as run:
+        for batch in range(2):
+            run.feed(batch)
+            run.commit(batch)
+        first = run.cluster.savepoint(tmp_path / "savepoints")
+    assert first["batches"] == {"q-ledger": 1}
+    for run_name, tasks in (("six", 6), ("three", 3)):
+        with Run(_topology(tmp_path, run_name, tasks=tasks, savepoint=first["path"]), batches) as run:
+            assert run.state() == expected(batches)
+            run.feed(max(batches))  # the query's restart resends its last batch: a replay, dropped
+            run.commit(max(batches))
+            run.feed(max(batches) + 1)
+            run.commit(max(batches))
+            state = run.state()
+            print(f"{tasks} tasks: {len(state)} keys, exact: {state == expected(batches)}")
+            assert state == expected(batches)
+            first = run.cluster.savepoint(tmp_path / "savepoints")
