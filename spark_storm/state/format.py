@@ -1,7 +1,13 @@
 """The state's byte formats, once for every backend: changelog entries and input-log records.
 
 * an **entry** (one epoch of a task's changelog): ``SST1`` magic, the CRC-32 of the body,
-  the body: msgpack ``[epoch, full, keys, values, deletes]``;
+  the body: msgpack ``[epoch, full, keys, values, deletes]``, or, written by a state with
+  TTL on, ``[epoch, full, keys, values, deletes, ttl]`` where ``ttl`` is a map: ``c`` the
+  barrier's clock (ms, nil: none yet), ``w`` the write time of every key put (one number
+  for a delta, a list beside ``keys`` for a full snapshot; nil where unknown), ``t`` the
+  per-put TTLs as ``[index into keys, ms]`` pairs, ``x`` the keys that expired at the
+  barrier (apart from ``deletes``, so a change feed tells an expiry from a delete).  Five
+  items read as an entry without TTL: entries written before TTL existed still decode;
 * a **record** (what a worker accepted for a source task): u32 length, u32 CRC-32, the
   body: msgpack ``[group key or nil, payloads]``.
 
@@ -15,7 +21,7 @@ empty state.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,6 +34,7 @@ __all__ = [
     "ENTRY_MAGIC",
     "Entry",
     "LogRecord",
+    "TtlMeta",
     "decode_entry",
     "decode_record",
     "encode_entry",
@@ -46,17 +53,42 @@ _BIG_BYTES: Final = 4096
 
 @dataclass(frozen=True)
 class Entry:
-    """One epoch of a task's changelog: the changed keys (``full``: the whole state)."""
+    """One epoch of a task's changelog: the changed keys (``full``: the whole state).
+
+    ``deletes`` holds every key the epoch removed, the expired ones too (so a restore that
+    knows nothing of TTL drops them); ``expired`` says which of them expired.  ``ttl``:
+    the entry carries TTL bookkeeping: ``clock`` (the barrier's), ``written`` (write time
+    per key put, where known) and ``ttls`` (per-put TTLs).
+    """
 
     epoch: int
     full: bool
     puts: dict[Any, Any]
     deletes: list[Any]
+    expired: list[Any] = field(default_factory=list)
+    written: dict[Any, int] = field(default_factory=dict)
+    ttls: dict[Any, int] = field(default_factory=dict)
+    clock: int | None = None
+    ttl: bool = False
 
     @property
     def size(self) -> int:
         """Number of keys it holds (puts and deletes)."""
         return len(self.puts) + len(self.deletes)
+
+
+@dataclass(frozen=True)
+class TtlMeta:
+    """The TTL bookkeeping an entry carries (see the module's format).
+
+    ``written`` is one write time for every key put (a delta), or a map of them (a full
+    snapshot; keys missing from it have none).
+    """
+
+    clock: int | None
+    written: int | Mapping[Any, int] | None
+    ttls: Mapping[Any, int]
+    expired: Sequence[Any]
 
 
 def _array_header(n: int) -> bytes:
@@ -106,14 +138,33 @@ def _pack_items(values: list[Any], parts: list[bytes]) -> None:
         parts.append(pack_value(run)[len(_array_header(len(run))) :])
 
 
-def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any]) -> list[bytes]:
+def _ttl_map(meta: TtlMeta, stored: list[Any]) -> dict[str, Any]:
+    """Return the ``ttl`` item of an entry whose puts are ``stored`` (keys in stored form, in ``keys`` order)."""
+    out: dict[str, Any] = {"c": meta.clock, "x": [thaw(k) for k in meta.expired]}
+    written = meta.written
+    if isinstance(written, Mapping):
+        get = written.get
+        out["w"] = [get(k) for k in stored]
+    else:
+        out["w"] = written
+    ttls = meta.ttls
+    if ttls:
+        pairs = [[i, ttls[k]] for i, k in enumerate(stored) if k in ttls]
+        if pairs:
+            out["t"] = pairs
+    return out
+
+
+def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any], ttl: TtlMeta | None = None) -> list[bytes]:
     """Encode one changelog entry as parts to write in order (see :func:`encode_entry`).
 
     The bytes are :func:`encode_entry`'s, but a value that is a list of big bytes (a pane's
     Arrow streams) is not copied into the body: its bytes are parts of their own, and the
-    CRC-32 runs over the parts.
+    CRC-32 runs over the parts.  ``ttl``: the entry's TTL bookkeeping (None: the format
+    without it, byte for byte as before TTL existed).
     """
     keys, values, deletes = [], [], []
+    stored: list[Any] = []
     big = False
     for key, value in changes.items():
         if value is DELETED:
@@ -121,23 +172,29 @@ def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any]) -> li
         else:
             keys.append(thaw(key))
             values.append(value)
+            if ttl is not None:
+                stored.append(key)
             if not big and type(value) is list and value and type(value[0]) is bytes:
                 big = len(value[0]) >= _BIG_BYTES
+    extra = [_ttl_map(ttl, stored)] if ttl is not None else []
     if big:
-        body = [b"\x95" + pack_value(epoch) + pack_value(full) + pack_value(keys) + _array_header(len(values))]
+        head = b"\x96" if extra else b"\x95"
+        body = [head + pack_value(epoch) + pack_value(full) + pack_value(keys) + _array_header(len(values))]
         _pack_items(values, body)
         body.append(pack_value(deletes))
+        if extra:
+            body.append(pack_value(extra[0]))
     else:  # small values (a keyed count's): one packb
-        body = [pack_value([epoch, full, keys, values, deletes])]
+        body = [pack_value([epoch, full, keys, values, deletes, *extra])]
     crc = 0
     for part in body:
         crc = zlib.crc32(part, crc)
     return [ENTRY_MAGIC + crc.to_bytes(_CRC_BYTES, "big"), *body]
 
 
-def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any]) -> bytes:
+def encode_entry(epoch: int, full: bool, changes: Mapping[Any, Any], ttl: TtlMeta | None = None) -> bytes:
     """Encode one changelog entry: magic, CRC-32 of the body, body (msgpack)."""
-    return b"".join(encode_entry_parts(epoch, full, changes))
+    return b"".join(encode_entry_parts(epoch, full, changes, ttl))
 
 
 def decode_entry(data: bytes, where: str) -> Entry:
@@ -151,12 +208,48 @@ def decode_entry(data: bytes, where: str) -> Entry:
         msg = f"{where}: checksum mismatch over {len(body)} bytes; the entry is corrupt or truncated"
         raise StateCorruptError(msg)
     try:
-        epoch, full, keys, values, deletes = unpack_value(body)
-        puts = dict(zip((freeze(k) for k in keys), values, strict=True))
-        return Entry(int(epoch), bool(full), puts, [freeze(k) for k in deletes])
-    except (WireFormatError, ValueError, TypeError) as exc:
+        items = unpack_value(body)
+        epoch, full, keys, values, deletes = items[:5]
+        stored = [freeze(k) for k in keys]
+        puts = dict(zip(stored, values, strict=True))
+        if len(items) == 5:  # no TTL (and every entry written before TTL existed)
+            return Entry(int(epoch), bool(full), puts, [freeze(k) for k in deletes])
+        if len(items) != 6:
+            msg = f"{len(items)} items, not 5 or 6"
+            raise ValueError(msg)
+        return _ttl_entry(int(epoch), bool(full), puts, stored, [freeze(k) for k in deletes], items[5])
+    except (WireFormatError, ValueError, TypeError, KeyError, IndexError) as exc:
         msg = f"{where}: unreadable state entry: {exc}"
         raise StateCorruptError(msg) from exc
+
+
+def _ttl_entry(
+    epoch: int, full: bool, puts: dict[Any, Any], stored: list[Any], deletes: list[Any], meta: Mapping[str, Any]
+) -> Entry:
+    expired = [freeze(k) for k in meta.get("x") or ()]
+    clock = meta.get("c")
+    w = meta.get("w")
+    if w is None:
+        written: dict[Any, int] = {}
+    elif isinstance(w, list):
+        if len(w) != len(stored):
+            msg = f"{len(w)} write times for {len(stored)} keys"
+            raise ValueError(msg)
+        written = {k: int(t) for k, t in zip(stored, w, strict=True) if t is not None}
+    else:
+        written = dict.fromkeys(stored, int(w))
+    ttls = {stored[int(i)]: int(t) for i, t in meta.get("t") or ()}
+    return Entry(
+        epoch,
+        full,
+        puts,
+        deletes + expired,
+        expired,
+        written,
+        ttls,
+        None if clock is None else int(clock),
+        True,
+    )
 
 
 @dataclass(frozen=True)

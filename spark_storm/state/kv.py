@@ -14,17 +14,28 @@ them apart).  A list key costs one tuple copy per call; it is checked against th
 only when it is new to the state.
 
 A value changed in place must be ``put`` again to be saved (as in Storm).
+
+**TTL** (docs/state.md, "State TTL"): ``put(key, value, ttl=...)``, or a component TTL the
+executor turns on (:meth:`KeyValueState.enable_ttl`), makes the state a
+:class:`TtlKeyValueState`.  Nothing about TTL happens per call: a key's write time is the
+clock of the checkpoint barrier after its last ``put`` (:meth:`TtlKeyValueState.advance`,
+called at every barrier), and the same call removes every key whose write time plus TTL
+the barrier's clock has reached.  So the dict never holds a key whose expiry was decided:
+an expired key reads as absent with no check in ``get``, and the decision depends only on
+the barriers' clocks and the state's content (a replay decides the same).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import heapq
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from spark_storm.codec.serializer import pack_value
 from spark_storm.errors import StateError
 
-__all__ = ["DELETED", "KeyValueState", "freeze", "thaw"]
+__all__ = ["DELETED", "KeyValueState", "TtlKeyValueState", "freeze", "thaw", "ttl_ms"]
 
 
 class _Deleted:
@@ -113,6 +124,96 @@ def _check(value: Any, what: str) -> None:
         raise StateError(msg) from exc
 
 
+def ttl_ms(value: Any, what: str = "ttl") -> int:
+    """Return a TTL in milliseconds: a positive int (ms) or a ``timedelta``; StateError naming the value otherwise."""
+    if isinstance(value, dt.timedelta):
+        ms = value // dt.timedelta(milliseconds=1)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        msg = f"{what} {value!r} ({type(value).__name__}) is not a TTL; give milliseconds (an int) or a timedelta"
+        raise StateError(msg)
+    if ms < 1:
+        msg = f"{what} {value!r} is not positive; a TTL is at least 1 ms (leave it out for the component's TTL)"
+        raise StateError(msg)
+    return ms
+
+
+class _Book:
+    """What TTL keeps beside the data: write times, per-key TTLs, and expiry buckets (one task's thread)."""
+
+    __slots__ = (
+        "buckets",
+        "carry",
+        "clock",
+        "exempt",
+        "heap",
+        "pending",
+        "refused",
+        "stamp",
+        "ttl",
+        "ttls",
+        "unstamped",
+    )
+
+    def __init__(self, ttl: int | None = None, exempt: str | None = None) -> None:
+        #: The component's TTL in ms (None: keys without a per-put TTL never expire).
+        self.ttl = ttl
+        #: Keys that are lists starting with this never expire (the window engine's own).
+        self.exempt = exempt
+        #: Why a TTL cannot work in this state (no clock): a put with ``ttl`` raises it.
+        self.refused: str | None = None
+        #: Per key with a TTL: its write time (the clock of the barrier after its last put).
+        self.stamp: dict[Any, int] = {}
+        #: Per key whose last put gave a ``ttl``: that TTL.
+        self.ttls: dict[Any, int] = {}
+        #: The ``ttl`` of puts since the last barrier.
+        self.pending: dict[Any, int] = {}
+        #: Expiry time -> keys that expire then (a key written again since is skipped there).
+        self.buckets: dict[int, list[Any]] = {}
+        self.heap: list[int] = []
+        #: The last barrier's clock (None: no clock yet).
+        self.clock: int | None = None
+        #: Keys with a TTL may lack a write time (restored from state written without TTL).
+        self.unstamped = False
+        #: Keys removed when the state was loaded (the next barrier's entry records them).
+        self.carry: list[Any] = []
+
+    def index(self, key: Any, written: int, ttl: int) -> None:
+        at = written + ttl
+        bucket = self.buckets.get(at)
+        if bucket is None:
+            self.buckets[at] = [key]
+            heapq.heappush(self.heap, at)
+        else:
+            bucket.append(key)
+
+    def is_exempt(self, key: Any) -> bool:
+        return type(key) is tuple and bool(key) and key[0] == self.exempt
+
+    def due(self, data: dict[Any, Any], now: int) -> list[Any]:
+        """Remove from ``data`` every key whose write time plus TTL ``now`` has reached; return them."""
+        out: list[Any] = []
+        heap, buckets, stamp, ttls, ttl = self.heap, self.buckets, self.stamp, self.ttls, self.ttl
+        while heap and heap[0] <= now:
+            at = heapq.heappop(heap)
+            for key in buckets.pop(at):
+                written = stamp.get(key)
+                if written is None:
+                    continue
+                t = ttls.get(key, ttl)
+                if t is None or written + t != at:
+                    continue  # written again since, or its TTL changed: another bucket has it
+                del stamp[key]
+                ttls.pop(key, None)
+                if data.pop(key, _ABSENT) is not _ABSENT:
+                    out.append(key)
+        return out
+
+
+_ABSENT: Final = object()
+
+
 class KeyValueState:
     """A task's key-value state; changes since the last checkpoint are tracked by key.
 
@@ -122,11 +223,12 @@ class KeyValueState:
         The state to start from (as restored from a checkpoint).
     """
 
-    __slots__ = ("_changed", "_data")
+    __slots__ = ("_changed", "_data", "_ttl")
 
     def __init__(self, data: Mapping[Any, Any] | None = None) -> None:
         self._data: dict[Any, Any] = {}
         self._changed: set[Any] = set()
+        self._ttl: _Book | None = None
         if data:
             self.restore(data)
 
@@ -153,13 +255,14 @@ class KeyValueState:
         _check_value(key, "key")
         return frozen
 
-    def put(self, key: Any, value: Any) -> None:
-        """Set ``key`` to ``value``.
+    def put(self, key: Any, value: Any, ttl: int | dt.timedelta | None = None) -> None:
+        """Set ``key`` to ``value``; ``ttl`` (ms or a timedelta) overrides the component's TTL for this write.
 
         Raises
         ------
         StateError
-            The key or value is of a type the state cannot store (it names the type).
+            The key or value is of a type the state cannot store (it names the type), or a
+            ``ttl`` that is not a positive duration, or one on a component with no clock for it.
         """
         kind = type(key)
         if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
@@ -169,6 +272,8 @@ class KeyValueState:
             _check_value(value)
         self._data[key] = value
         self._changed.add(key)
+        if ttl is not None:
+            self._book().pending[key] = ttl_ms(ttl)
 
     def delete(self, key: Any) -> None:
         """Remove ``key`` (nothing happens when it is absent)."""
@@ -208,12 +313,16 @@ class KeyValueState:
         values = [self.get(k, default) for k in _as_list(keys)]
         return _like(keys, values)
 
-    def put_many(self, keys: Any, values: Any) -> None:
-        """Set many keys at once (pyarrow arrays, numpy arrays or lists of equal length)."""
+    def put_many(self, keys: Any, values: Any, ttl: int | dt.timedelta | None = None) -> None:
+        """Set many keys at once (pyarrow arrays, numpy arrays or lists of equal length); ``ttl`` as in :meth:`put`."""
         key_list, value_list = _as_list(keys), _as_list(values)
         if len(key_list) != len(value_list):
             msg = f"put_many: {len(key_list)} keys but {len(value_list)} values"
             raise StateError(msg)
+        pending = self._book().pending if ttl is not None else None
+        ms = ttl_ms(ttl) if ttl is not None else 0
+        if pending is None and self._ttl is not None:
+            pending = self._ttl.pending if self._ttl.pending else None
         data, changed = self._data, self._changed
         safe, kept = _SAFE, self._key
         for key, value in zip(key_list, value_list, strict=True):
@@ -225,6 +334,11 @@ class KeyValueState:
                 _check_value(value)
             data[key] = value
             changed.add(key)
+            if pending is not None:
+                if ttl is not None:
+                    pending[key] = ms
+                else:
+                    pending.pop(key, None)
 
     # --- the checkpoint's API ---------------------------------------------------------------
     def take_changes(self) -> dict[Any, Any]:
@@ -239,14 +353,200 @@ class KeyValueState:
         return dict(self._data)
 
     def restore(self, data: Mapping[Any, Any]) -> None:
-        """Replace the whole state (keys as stored or as the codec reads them back)."""
+        """Replace the whole state (keys as stored or as the codec reads them back).
+
+        With TTL on, every key's write time and per-key TTL are forgotten (keys with a TTL
+        get the next barrier's clock); :meth:`TtlKeyValueState.load_ttl` puts them back.
+        """
         self._data = {(freeze(k) if type(k) not in _PLAIN else k): v for k, v in data.items()}
         self._changed = set()
+        book = self._ttl
+        if book is not None:
+            self._ttl = _Book(book.ttl, book.exempt)
+            self._ttl.refused = book.refused
+            self._ttl.unstamped = True
 
     @property
     def changed(self) -> int:
         """How many keys changed since the last checkpoint."""
         return len(self._changed)
+
+    # --- TTL (the executor's side) --------------------------------------------------------------
+    @property
+    def ttl_on(self) -> bool:
+        """Whether keys of this state can expire (a component TTL, or a put with ``ttl``)."""
+        return type(self) is TtlKeyValueState
+
+    @property
+    def ttl_clock(self) -> int | None:
+        """The TTL clock at the last checkpoint barrier, in ms (the epoch's watermark; None: none yet)."""
+        return self._ttl.clock if self._ttl is not None else None
+
+    def enable_ttl(self, ttl: int | None, exempt: str | None = None) -> TtlKeyValueState:
+        """Turn TTL on: keys not written for ``ttl`` ms (None: only those put with a ``ttl``) expire at barriers.
+
+        ``exempt``: keys that are lists starting with this string never expire.  Keys already
+        held get the next barrier's clock as their write time.
+        """
+        book = self._ttl
+        if book is None:
+            book = self._ttl = _Book(ttl, exempt)
+        else:
+            book.ttl, book.exempt = ttl, exempt
+        book.refused = None
+        book.unstamped = True
+        self.__class__ = TtlKeyValueState  # same slots; puts keep TTL books from now on
+        assert isinstance(self, TtlKeyValueState)
+        return self
+
+    def configure_ttl(self, ttl: int | None, exempt: str | None = None) -> None:
+        """Set what :meth:`enable_ttl` would, leaving TTL off until a put with ``ttl`` turns it on."""
+        if self._ttl is None:
+            self._ttl = _Book(ttl, exempt)
+        else:
+            self._ttl.ttl, self._ttl.exempt = ttl, exempt
+            self._ttl.refused = None
+
+    def refuse_ttl(self, reason: str) -> None:
+        """Make a put with ``ttl`` fail with ``reason`` (the component has no clock to measure it)."""
+        if self._ttl is None:
+            self._ttl = _Book()
+        self._ttl.refused = reason
+
+    def _book(self) -> _Book:
+        """Return the TTL book, turning TTL on (a first put with ``ttl``)."""
+        book = self._ttl
+        if book is not None and book.refused:
+            raise StateError(book.refused)
+        if type(self) is not TtlKeyValueState:
+            self.enable_ttl(book.ttl if book is not None else None, book.exempt if book is not None else None)
+            book = self._ttl
+        assert book is not None
+        return book
+
+
+class TtlKeyValueState(KeyValueState):
+    """A :class:`KeyValueState` whose keys expire: what a state becomes once TTL is on.
+
+    ``get`` is the plain one (the dict holds no key whose expiry was decided); ``put`` also
+    forgets a per-put TTL of an earlier put of the key in the same epoch.  At every
+    checkpoint barrier the executor calls :meth:`advance` with the barrier's clock, then
+    encodes the entry with :meth:`entry_ttl`.
+    """
+
+    __slots__ = ()
+
+    _ttl: _Book
+
+    def put(self, key: Any, value: Any, ttl: int | dt.timedelta | None = None) -> None:
+        kind = type(key)
+        if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
+            key = self._key(key)
+        kind = type(value)
+        if kind not in _SAFE and not (kind is int and _INT_MIN <= value <= _INT_MAX):
+            _check_value(value)
+        self._data[key] = value
+        self._changed.add(key)
+        if ttl is not None:
+            self._book().pending[key] = ttl_ms(ttl)
+        elif self._ttl.pending:
+            self._ttl.pending.pop(key, None)  # the last put of the epoch says which TTL applies
+
+    def advance(self, now: int | None) -> list[Any]:
+        """Barrier: stamp the keys written since the last one with ``now``, remove the expired; return them.
+
+        ``now`` is the barrier's clock in ms (the epoch's watermark, or the wall clock); it
+        never goes back (an older one counts as the last).  None: no clock yet (no event
+        time seen): nothing expires, and the keys written meanwhile get the first clock.
+        The keys returned are in stored form, none of them among the changes to write.
+        """
+        book, data = self._ttl, self._data
+        carry = [k for k in book.carry if k not in data] if book.carry else []
+        book.carry = []
+        pending, ttls, stamp, ttl = book.pending, book.ttls, book.stamp, book.ttl
+        if now is None or (book.clock is not None and now < book.clock):
+            now = book.clock
+        if now is None:
+            for key in self._changed:
+                stamp.pop(key, None)
+                o = pending.get(key) if pending else None
+                if o is not None:
+                    ttls[key] = o
+                elif ttls:
+                    ttls.pop(key, None)
+            pending.clear()
+            book.unstamped = True
+            return carry
+        book.clock = now
+        changed = self._changed
+        exempt = book.exempt
+        index = book.index
+        t: int | None
+        for key in changed:
+            if key not in data:  # deleted
+                stamp.pop(key, None)
+                ttls.pop(key, None)
+                continue
+            o = pending.get(key) if pending else None
+            if o is not None:
+                ttls[key] = t = o
+            else:
+                if ttls:
+                    ttls.pop(key, None)
+                t = ttl
+            if t is None or (exempt is not None and type(key) is tuple and book.is_exempt(key)):
+                stamp.pop(key, None)
+                continue
+            stamp[key] = now
+            index(key, now, t)
+        pending.clear()
+        if book.unstamped:  # keys with a TTL and no write time get this barrier's, recorded as changes
+            for key in data:
+                if key in stamp or (exempt is not None and book.is_exempt(key)):
+                    continue
+                t = ttls.get(key, ttl)
+                if t is not None:
+                    stamp[key] = now
+                    index(key, now, t)
+                    changed.add(key)
+            book.unstamped = False
+        expired = book.due(data, now)
+        return carry + expired if carry else expired
+
+    def entry_ttl(self, full: bool) -> tuple[int | None, int | Mapping[Any, int] | None, Mapping[Any, int]]:
+        """(clock, write times, per-key TTLs) for the entry of the barrier :meth:`advance` just ran.
+
+        Write times: one number for a delta (every key it puts was written at that barrier's
+        clock; None when there was no clock yet), the per-key map for a full snapshot.
+        """
+        book = self._ttl
+        return book.clock, (book.stamp if full else book.clock), book.ttls
+
+    def load_ttl(self, written: Mapping[Any, int], ttls: Mapping[Any, int], clock: int | None) -> None:
+        """Put back what a restore read (after :meth:`restore`): write times, per-key TTLs, the clock.
+
+        Keys with a TTL and no write time (state written without TTL) get the next barrier's
+        clock; keys whose expiry the restored clock has reached (a TTL made shorter) are
+        removed now, and the next barrier's entry records them as expired.
+        """
+        book, data = self._ttl, self._data
+        book.clock = clock
+        book.ttls = {k: v for k, v in ttls.items() if k in data}
+        ttl, exempt, stamp, index = book.ttl, book.exempt, book.stamp, book.index
+        unstamped = False
+        for key in data:
+            t = book.ttls.get(key, ttl)
+            if t is None or (exempt is not None and book.is_exempt(key)):
+                continue
+            w = written.get(key)
+            if w is None:
+                unstamped = True
+                continue
+            stamp[key] = w
+            index(key, w, t)
+        book.unstamped = unstamped
+        if clock is not None:
+            book.carry = book.due(data, clock)
 
 
 def _as_list(values: Any) -> list[Any]:
