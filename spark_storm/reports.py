@@ -421,7 +421,7 @@ def read_worker_metrics(host: str, port: int, timeout: float) -> WorkerMetrics:
 
 
 def request_savepoint(
-    host: str, port: int, parent: str, *, commit_first: bool = False, version: int = 0, timeout: float = 120.0
+    host: str, port: int, parent: str, *, commit_first: bool = False, hold: bool = False, timeout: float = 120.0
 ) -> dict[str, Any]:
     """``POST http://host:port/savepoint``: the worker there coordinates a savepoint of its topology under ``parent``.
 
@@ -433,7 +433,7 @@ def request_savepoint(
         The worker refused or failed (its reason), or did not answer within ``timeout`` seconds.
     """
     url = f"http://{host}:{port}/savepoint"
-    body = json.dumps({"dir": parent, "commit_first": commit_first, "version": version}).encode()
+    body = json.dumps({"dir": parent, "commit_first": commit_first, "hold": hold}).encode()
     request = urllib.request.Request(url, body, {"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from spark_storm.cli.common import command_conf
 from spark_storm.config import load_config
 
+if TYPE_CHECKING:
+    pass
+
 __all__ = ["cluster_command", "config", "plan"]
+
+
+def _savepoint_line(name: str, taken: Mapping[str, Any]) -> str:
+    tasks = ", ".join(f"{c} ({n} tasks)" for c, n in sorted(dict(taken.get("components", {})).items()))
+    return f"savepoint of {name} at epoch {taken['epoch']}: {taken['path']}  [{tasks}]"
 
 
 def cluster_command(args: argparse.Namespace) -> int:
@@ -22,9 +32,21 @@ def cluster_command(args: argparse.Namespace) -> int:
 
     with ClusterState(args.zookeeper, command_conf(args)) as state:
         if args.command == "submit":
+            restore = None
+            if args.from_savepoint:
+                from spark_storm.worker.checkpoint.seed import restore_for
+
+                restore = restore_for(args.from_savepoint, args.allow_unmatched_state)
             record = admin.submit(
-                state, args.file, args.workers, check_classes=not args.no_class_check, properties=args.filter
+                state,
+                args.file,
+                args.workers,
+                check_classes=not args.no_class_check,
+                properties=args.filter,
+                restore=restore,
             )
+            if args.from_savepoint:
+                print(f"starting from savepoint {args.from_savepoint}")
             print(
                 f"submitted topology {record.name} ({record.workers} workers) to {state.address}; "
                 f"`spark-storm list` shows its assignment"
@@ -36,7 +58,14 @@ def cluster_command(args: argparse.Namespace) -> int:
         elif args.command == "rebalance":
             record = admin.rebalance(state, args.name, args.workers)
             print(f"topology {record.name}: rebalancing to {record.workers} workers")
+        elif args.command == "savepoint":
+            taken = admin.savepoint(state, args.name, args.dir)
+            print(_savepoint_line(args.name, taken))
         elif args.command == "kill":
+            if args.savepoint:
+                admin.require_nimbus(state)
+                taken = admin.savepoint(state, args.name, args.savepoint, commit_first=True, hold=True)
+                print(_savepoint_line(args.name, taken))
             record = admin.kill(state, args.name, args.wait)
             left = max(0.0, (record.kill_at or 0) - time.time())
             print(

@@ -130,7 +130,15 @@ def local_cluster(args: argparse.Namespace) -> int:
     """``spark-storm local-cluster``: N workers on loopback (and the UI) until Ctrl-C or a worker exits."""
     from spark_storm.cluster.local_cluster import LocalCluster
 
-    cluster = LocalCluster(args.topology, args.workers, args.conf, overrides(args.set), properties=args.filter)
+    settings = overrides(args.set)
+    if args.from_savepoint:
+        from spark_storm.topology.loader import load_topology
+        from spark_storm.worker.checkpoint.seed import restore_for
+
+        restore = restore_for(args.from_savepoint, args.allow_unmatched_state)
+        settings = {**settings, **restore(load_topology(args.topology, args.filter))}
+        print(f"starting from savepoint {args.from_savepoint}")
+    cluster = LocalCluster(args.topology, args.workers, args.conf, settings, properties=args.filter)
     print(f"starting {args.workers} workers of {cluster.topology.name}: {cluster.workers_arg}")
     ui: UIServer | None = None
 

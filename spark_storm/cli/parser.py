@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--workers", type=int, default=2)
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
+    cluster.add_argument("--from-savepoint", metavar="DIR", help="start from a savepoint")
+    cluster.add_argument(
+        "--allow-unmatched-state", action="store_true", help="drop saved state of components the topology lacks"
+    )
     cluster.add_argument(
         "--ui-port", type=int, metavar="PORT", help="also serve the UI in this process on PORT (0 = any free port)"
     )
@@ -154,6 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--filter", help=_FILTER_HELP)
     submit.add_argument("--workers", type=int, help="worker processes (default: topology.workers)")
     submit.add_argument("--no-class-check", action="store_true", help="do not import the bolt classes here first")
+    submit.add_argument(
+        "--from-savepoint", metavar="DIR", help="start from a savepoint (`spark-storm savepoint` printed its path)"
+    )
+    submit.add_argument(
+        "--allow-unmatched-state",
+        action="store_true",
+        help="drop the savepoint's state of components the topology no longer has (else refused)",
+    )
     submit.set_defaults(func=admin.cluster_command)
     for name, text in (("activate", "let its executors consume"), ("deactivate", "pause its executors")):
         p = sub.add_parser(name, help=f"{text} (a submitted topology)")
@@ -171,7 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     kill.add_argument(
         "--wait", type=float, help="seconds between deactivation and removal (topology.message.timeout.secs)"
     )
+    kill.add_argument("--savepoint", metavar="DIR", help="first commit, then write a savepoint under DIR, then kill")
     kill.set_defaults(func=admin.cluster_command)
+    savepoint = sub.add_parser(
+        "savepoint", help="write every stateful task's committed state at one epoch under a directory"
+    )
+    cluster_args(savepoint)
+    savepoint.add_argument("name", help="topology name")
+    savepoint.add_argument(
+        "--dir", required=True, help="parent directory every worker writes to; the savepoint is a new folder in it"
+    )
+    savepoint.set_defaults(func=admin.cluster_command)
     listing = sub.add_parser("list", help="submitted topologies: name, status, workers, uptime")
     cluster_args(listing)
     listing.set_defaults(func=admin.cluster_command)

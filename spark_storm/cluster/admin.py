@@ -8,14 +8,17 @@ command line prints it as one ``spark-storm:`` line.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from spark_storm.cluster.records import ACTIVE, INACTIVE, KILLED, TopologyRecord, check_topology_name
 from spark_storm.cluster.state import ClusterState
-from spark_storm.errors import ConfigError, NoNimbusError
+from spark_storm.errors import ConfigError, NoNimbusError, SavepointError
+from spark_storm.reports import metrics_endpoint, request_savepoint
 from spark_storm.topology.flux import is_flux
 from spark_storm.topology.loader import load_topology, topology_from_dict
 from spark_storm.topology.model import Topology, resolve_class, topology_to_dict
@@ -28,6 +31,7 @@ __all__ = [
     "list_topologies",
     "rebalance",
     "require_nimbus",
+    "savepoint",
     "submit",
 ]
 
@@ -89,6 +93,7 @@ def submit(
     *,
     check_classes: bool = True,
     properties: str | Path | None = None,
+    restore: Callable[[Topology], Mapping[str, Any]] | None = None,
 ) -> TopologyRecord:
     """Submit the topology file at ``path`` (status active); nimbus assigns it.
 
@@ -102,6 +107,10 @@ def submit(
     properties : str or Path, optional
         A Flux file's ``--filter`` properties file.  A Flux file is stored as the topology it
         became (our YAML form), so workers need neither its includes nor the properties.
+    restore : callable, optional
+        Starting from a savepoint (``--from-savepoint``): checks the topology against it and
+        returns the conf keys that make the workers restore it
+        (:func:`spark_storm.topology.restore.restore_conf`); they are stored with the topology.
 
     Raises
     ------
@@ -129,9 +138,13 @@ def submit(
     else:
         topology = topology_from_dict(data, origin=str(path))
     check_topology_name(topology.name)
-    if check_classes:
+    if check_classes or restore is not None:
         for component in topology.components.values():
             resolve_class(component.bolt, f"topology {topology.name!r}, component {component.id!r}: bolt")
+    if restore is not None:
+        stored = topology_to_dict(topology)
+        stored["conf"] = {**stored.get("conf", {}), **restore(topology)}
+        source = yaml.safe_dump(stored, sort_keys=False)
     count = _requested_workers(topology, workers, state.conf.get_int("topology.workers", minimum=1))
     require_nimbus(state)
     return state.submit_topology(TopologyRecord(topology.name, source, ACTIVE, count, time.time()))
@@ -157,7 +170,9 @@ def kill(state: ClusterState, name: str, wait_secs: float | None = None) -> Topo
     """Kill ``name``: status killed now (its workers run their ordered shutdown), removed after ``wait_secs``.
 
     Until then the name stays taken and ``list`` shows it killed.  The default wait is
-    ``topology.message.timeout.secs`` (as Storm's ``kill -w``).
+    ``topology.message.timeout.secs`` (as Storm's ``kill -w``).  ``kill --savepoint`` calls
+    :func:`savepoint` (``commit_first``, ``hold``) just before: the workers stay leased to the
+    savepoint, so no commit comes between it and the kill.
     """
     wait = float(state.conf.get_int("topology.message.timeout.secs", minimum=0) if wait_secs is None else wait_secs)
     if wait < 0:
@@ -166,6 +181,40 @@ def kill(state: ClusterState, name: str, wait_secs: float | None = None) -> Topo
     require_nimbus(state)
     state.read_topology(name)
     return state.set_status(name, KILLED, kill_at=time.time() + wait)
+
+
+def savepoint(
+    state: ClusterState, name: str, parent: str | Path, *, commit_first: bool = False, hold: bool = False
+) -> dict[str, Any]:
+    """Write a savepoint of ``name``'s stateful tasks under ``parent``; return its path and epoch.
+
+    A running worker of the topology (found by its heartbeat's HTTP endpoint) coordinates it
+    (``POST /savepoint``).  ``parent`` must be a directory every worker writes to (one host,
+    or a shared mount): each worker copies its own tasks' state.
+
+    Raises
+    ------
+    SavepointError
+        No worker answers, or the workers could not write it (the reason names why).
+    """
+    record = state.read_topology(name)
+    timeout = state.conf.get_int("topology.state.savepoint.timeout.ms", minimum=1) / 1000
+    tried = []
+    for slot, heartbeat in sorted(state.read_heartbeats(record.name).items()):
+        endpoint = metrics_endpoint(heartbeat.record, slot.host)
+        if endpoint is None or heartbeat.record["status"] != "running":
+            tried.append(f"{slot}: {heartbeat.record['status']}, endpoint {endpoint}")
+            continue
+        try:
+            return request_savepoint(
+                endpoint[0], endpoint[1], str(parent), commit_first=commit_first, hold=hold, timeout=timeout
+            )
+        except SavepointError as exc:
+            if "did not answer" not in str(exc):
+                raise
+            tried.append(str(exc))
+    msg = f"topology {name!r}: no running worker could take the savepoint ({'; '.join(tried) or 'no heartbeats'})"
+    raise SavepointError(msg)
 
 
 def list_topologies(state: ClusterState) -> list[TopologySummary]:

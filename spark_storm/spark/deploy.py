@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ from spark_storm.reports import WorkerMetrics, metrics_endpoint, read_worker_met
 from spark_storm.spark.connect import is_connect
 from spark_storm.topology import Plan, Slot, Topology, load_topology, plan
 from spark_storm.topology.model import resolve_class
+from spark_storm.worker.checkpoint.seed import restore_for
 
 __all__ = ["Deployment", "DeploymentStatus", "deploy"]
 
@@ -270,6 +271,8 @@ class Deployment:
         self._wanted = workers
         self._launcher = _Launcher(spark, name, profile)
         self._cpus: int | None = None  # CPUs each worker's task reserves (deploy(cpus_per_worker=...))
+        #: deploy(from_savepoint=...): what the submit adds to the topology's conf (checked first).
+        self._restore: Callable[[Topology], dict[str, Any]] | None = None
         self._jobs: dict[int, _Job] = {}
         self._generations: dict[int, int] = {}
         self._retired: set[int] = set()
@@ -385,6 +388,16 @@ class Deployment:
                 raise DeployError(msg)
             time.sleep(min(self._every, 0.2))
 
+    def savepoint(self, parent: str | Path) -> dict[str, Any]:
+        """Write a savepoint of the topology's state under ``parent`` (``spark-storm savepoint``); return where.
+
+        ``parent`` must be storage every executor writes to (each worker copies its own tasks).
+        """
+        if self._cluster is None:
+            msg = f"deployment of {self.name} has no cluster state yet: it cannot take a savepoint"
+            raise DeployError(msg)
+        return admin.savepoint(self._cluster, self.name, parent)
+
     def rebalance(self, workers: int, *, wait: bool = True, timeout: float | None = None) -> None:
         """Run ``workers`` workers (``spark-storm rebalance``): start or retire supervisor tasks, then reassign.
 
@@ -474,7 +487,7 @@ class Deployment:
         wait = self._timeout(timeout)
         deadline = time.monotonic() + wait
         if source is not None and state.find_topology(self.name) is not None:
-            admin.submit(state, source, self._wanted)  # raises TopologyExistsError, naming its status and the fix
+            admin.submit(state, source, self._wanted, restore=self._restore)  # TopologyExistsError, naming the fix
         self._claim(state)
         if state.nimbus_leader() is None:
             identifier = f"spark-driver:{socket.gethostname()}:{os.getpid()}"
@@ -496,7 +509,7 @@ class Deployment:
         # spreads over all of them at once (no version that crowds every executor onto the first).
         self._wait_registered(deadline)
         if source is not None:
-            admin.submit(state, source, self._wanted)
+            admin.submit(state, source, self._wanted, restore=self._restore)
         else:
             admin.rebalance(state, self.name, self._wanted)
         if ui_port is not None:
@@ -1073,6 +1086,8 @@ def deploy(
     timeout: float | None = None,
     shared_state: bool = False,
     ui_port: int | None = None,
+    from_savepoint: str | Path | None = None,
+    allow_unmatched_state: bool = False,
 ) -> Deployment:
     """Run a topology's workers as long-running tasks of this Spark application; return once they all run.
 
@@ -1102,6 +1117,12 @@ def deploy(
         stateful topology may use it across hosts.
     ui_port : int, optional
         Serve the Storm UI of this topology from the driver on this port (0: any free one).
+    from_savepoint : str or Path, optional
+        Start from this savepoint (``spark-storm savepoint`` or ``Deployment.savepoint``
+        wrote it; a directory every executor reads): state matched by component id, checked
+        here before anything starts.  Needs a topology file, not a name.
+    allow_unmatched_state : bool
+        Drop the savepoint's state of components the topology no longer has (else refused).
 
     Returns
     -------
@@ -1135,10 +1156,21 @@ def deploy(
         state_check(loaded, settings, _executor_hosts(spark), shared_state=shared_state)
     else:
         name = check_topology_name(text)
+    restore = None
+    if from_savepoint is not None:
+        if source is None:
+            msg = (
+                f"deploy(from_savepoint=...) starts a topology from its file: pass the topology's YAML or Flux path, "
+                f"not the name {name!r} of one already submitted"
+            )
+            raise ConfigError(msg)
+        restore = restore_for(from_savepoint, allow_unmatched_state)
+        restore(loaded)  # checked now: a savepoint that does not fit starts nothing
     profile = _resource_profile(spark, cpus_per_worker)
     _check_slots(spark, workers, Config.of(settings), cpus_per_worker)
     deployment = Deployment(spark, name, settings, workers, profile)
     deployment._cpus = cpus_per_worker
+    deployment._restore = restore
     try:
         deployment._start(zookeeper, source, timeout, ui_port, shared_state)
     except BaseException as exc:

@@ -264,6 +264,9 @@ class KeyValueState:
             The key or value is of a type the state cannot store (it names the type), or a
             ``ttl`` that is not a positive duration, or one on a component with no clock for it.
         """
+        if ttl is not None:
+            self._put_ttl(key, value, ttl_ms(ttl))
+            return
         kind = type(key)
         if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
             key = self._key(key)  # lists, maps, other scalars: frozen, checked when new
@@ -272,8 +275,15 @@ class KeyValueState:
             _check_value(value)
         self._data[key] = value
         self._changed.add(key)
-        if ttl is not None:
-            self._book().pending[key] = ttl_ms(ttl)
+
+    def _put_ttl(self, key: Any, value: Any, ms: int) -> None:
+        """Put with a per-put TTL (the key's stored form is what the barrier looks up)."""
+        book = self._book()
+        KeyValueState.put(self, key, value)
+        kind = type(key)
+        if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
+            key = self._key(key)
+        book.pending[key] = ms
 
     def delete(self, key: Any) -> None:
         """Remove ``key`` (nothing happens when it is absent)."""
@@ -319,8 +329,8 @@ class KeyValueState:
         if len(key_list) != len(value_list):
             msg = f"put_many: {len(key_list)} keys but {len(value_list)} values"
             raise StateError(msg)
-        pending = self._book().pending if ttl is not None else None
         ms = ttl_ms(ttl) if ttl is not None else 0
+        pending = self._book().pending if ttl is not None else None
         if pending is None and self._ttl is not None:
             pending = self._ttl.pending if self._ttl.pending else None
         data, changed = self._data, self._changed
@@ -375,7 +385,7 @@ class KeyValueState:
     @property
     def ttl_on(self) -> bool:
         """Whether keys of this state can expire (a component TTL, or a put with ``ttl``)."""
-        return type(self) is TtlKeyValueState
+        return isinstance(self, TtlKeyValueState)
 
     @property
     def ttl_clock(self) -> int | None:
@@ -395,7 +405,8 @@ class KeyValueState:
             book.ttl, book.exempt = ttl, exempt
         book.refused = None
         book.unstamped = True
-        self.__class__ = TtlKeyValueState  # same slots; puts keep TTL books from now on
+        # same slots: the class says which put runs (per-put TTLs pending or not)
+        self.__class__ = _PendingTtlKeyValueState if book.pending else TtlKeyValueState
         assert isinstance(self, TtlKeyValueState)
         return self
 
@@ -418,9 +429,10 @@ class KeyValueState:
         book = self._ttl
         if book is not None and book.refused:
             raise StateError(book.refused)
-        if type(self) is not TtlKeyValueState:
+        if not isinstance(self, TtlKeyValueState):
             self.enable_ttl(book.ttl if book is not None else None, book.exempt if book is not None else None)
             book = self._ttl
+        self.__class__ = _PendingTtlKeyValueState  # until the barrier: puts without ttl forget one
         assert book is not None
         return book
 
@@ -428,29 +440,15 @@ class KeyValueState:
 class TtlKeyValueState(KeyValueState):
     """A :class:`KeyValueState` whose keys expire: what a state becomes once TTL is on.
 
-    ``get`` is the plain one (the dict holds no key whose expiry was decided); ``put`` also
-    forgets a per-put TTL of an earlier put of the key in the same epoch.  At every
-    checkpoint barrier the executor calls :meth:`advance` with the barrier's clock, then
-    encodes the entry with :meth:`entry_ttl`.
+    ``get`` and ``put`` are the plain ones (the dict holds no key whose expiry was
+    decided, and a write's time is taken at the barrier), so TTL costs nothing per call.
+    At every checkpoint barrier the executor calls :meth:`advance` with the barrier's
+    clock, then encodes the entry with :meth:`entry_ttl`.
     """
 
     __slots__ = ()
 
     _ttl: _Book
-
-    def put(self, key: Any, value: Any, ttl: int | dt.timedelta | None = None) -> None:
-        kind = type(key)
-        if kind is not str and not (kind is int and _INT_MIN <= key <= _INT_MAX):
-            key = self._key(key)
-        kind = type(value)
-        if kind not in _SAFE and not (kind is int and _INT_MIN <= value <= _INT_MAX):
-            _check_value(value)
-        self._data[key] = value
-        self._changed.add(key)
-        if ttl is not None:
-            self._book().pending[key] = ttl_ms(ttl)
-        elif self._ttl.pending:
-            self._ttl.pending.pop(key, None)  # the last put of the epoch says which TTL applies
 
     def advance(self, now: int | None) -> list[Any]:
         """Barrier: stamp the keys written since the last one with ``now``, remove the expired; return them.
@@ -475,6 +473,7 @@ class TtlKeyValueState(KeyValueState):
                 elif ttls:
                     ttls.pop(key, None)
             pending.clear()
+            self.__class__ = TtlKeyValueState
             book.unstamped = True
             return carry
         book.clock = now
@@ -482,6 +481,24 @@ class TtlKeyValueState(KeyValueState):
         exempt = book.exempt
         index = book.index
         t: int | None
+        if not pending and not ttls and ttl is not None:  # the common case, in bulk: every key has the TTL
+            live = [k for k in changed if k in data]
+            if len(live) != len(changed):  # deleted ones
+                for key in changed:
+                    if key not in data:
+                        stamp.pop(key, None)
+            if exempt is not None:
+                live = [k for k in live if type(k) is not tuple or not book.is_exempt(k)]
+            if live:
+                stamp.update(dict.fromkeys(live, now))
+                at = now + ttl
+                bucket = book.buckets.get(at)
+                if bucket is None:
+                    book.buckets[at] = live
+                    heapq.heappush(book.heap, at)
+                else:
+                    bucket.extend(live)
+            changed = set()  # done
         for key in changed:
             if key not in data:  # deleted
                 stamp.pop(key, None)
@@ -500,6 +517,7 @@ class TtlKeyValueState(KeyValueState):
             stamp[key] = now
             index(key, now, t)
         pending.clear()
+        self.__class__ = TtlKeyValueState
         if book.unstamped:  # keys with a TTL and no write time get this barrier's, recorded as changes
             for key in data:
                 if key in stamp or (exempt is not None and book.is_exempt(key)):
@@ -547,6 +565,23 @@ class TtlKeyValueState(KeyValueState):
         book.unstamped = unstamped
         if clock is not None:
             book.carry = book.due(data, clock)
+
+
+class _PendingTtlKeyValueState(TtlKeyValueState):
+    """A TTL state with puts that gave a ``ttl`` since the last barrier: a put without one forgets it.
+
+    (The last put of a key in an epoch says which TTL applies; :meth:`advance` turns the
+    state back into a :class:`TtlKeyValueState`, so only epochs with per-put TTLs pay this.)
+    """
+
+    __slots__ = ()
+
+    def put(self, key: Any, value: Any, ttl: int | dt.timedelta | None = None) -> None:
+        if ttl is not None:
+            self._put_ttl(key, value, ttl_ms(ttl))
+            return
+        KeyValueState.put(self, key, value)
+        self._ttl.pending.pop(key if type(key) in _PLAIN else self._key(key), None)
 
 
 def _as_list(values: Any) -> list[Any]:

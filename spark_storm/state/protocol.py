@@ -90,7 +90,7 @@ SAVEPOINT_PRIORITY: Final = 2
 
 
 def _manifest(
-    root: Path, ident: str, topology: str, version: int, epoch: int, answers: Mapping[str, Mapping[str, Any]]
+    root: Path, ident: str, topology: str, version: str, epoch: int, answers: Mapping[str, Mapping[str, Any]]
 ) -> Manifest:
     """Return the manifest of the workers' SAVEPOINT answers (CheckpointError if a stateful task is missing)."""
     components: dict[str, ComponentManifest] = {}
@@ -367,7 +367,14 @@ class Coordinator:
 
     # --- a savepoint ----------------------------------------------------------------------------------
     def savepoint(
-        self, parent: str | Path, topology: str, version: int, *, commit_first: bool, attempts: int = 3
+        self,
+        parent: str | Path,
+        topology: str,
+        version: str,
+        *,
+        commit_first: bool,
+        hold: bool = False,
+        attempts: int = 3,
     ) -> tuple[Path, Manifest]:
         """Write a savepoint of every stateful task at one committed epoch under ``parent``; return it.
 
@@ -376,7 +383,8 @@ class Coordinator:
         input after the epoch.  Without it the savepoint is of the last committed epoch (a
         round first only if a worker is dirty or behind).  Every request carries
         :data:`SAVEPOINT_PRIORITY`: no other coordinator commits while the workers copy; the
-        RELEASE at the end lets them go on.
+        RELEASE at the end lets them go on; ``hold`` skips it (``kill --savepoint``: no commit
+        may come between the savepoint and the kill, so the workers stay leased until they stop).
 
         Raises
         ------
@@ -386,15 +394,22 @@ class Coordinator:
         """
         with self._lock:
             try:
-                return self._savepoint(Path(parent), topology, version, commit_first, max(1, attempts))
-            finally:
-                try:
-                    self._all(RELEASE, {}, self._request_timeout_s)
-                except (StormError, OSError) as exc:  # the lease ends on its own
-                    logger.warning("savepoint: a worker did not take the RELEASE (%s); its lease runs out", exc)
+                taken = self._savepoint(Path(parent), topology, version, commit_first, max(1, attempts))
+            except BaseException:
+                self._release()
+                raise
+            if not hold:
+                self._release()
+            return taken
+
+    def _release(self) -> None:
+        try:
+            self._all(RELEASE, {}, self._request_timeout_s)
+        except (StormError, OSError) as exc:  # the lease ends on its own
+            logger.warning("savepoint: a worker did not take the RELEASE (%s); its lease runs out", exc)
 
     def _savepoint(
-        self, parent: Path, topology: str, version: int, commit_first: bool, attempts: int
+        self, parent: Path, topology: str, version: str, commit_first: bool, attempts: int
     ) -> tuple[Path, Manifest]:
         reason = ""
         for attempt in range(1, attempts + 1):

@@ -17,7 +17,7 @@ Each task directory is an embedded backend's task directory
 (:class:`~spark_storm.state.files.FileTaskStore`): the same code reads it back, and the
 change feed of every epoch it holds is there to read.
 
-The manifest names the topology, its version, the epoch, the ``{query id: batch id}`` the
+The manifest names the topology, its version (a digest of its definition), the epoch, the ``{query id: batch id}`` the
 epoch holds (a restored topology takes groups of those batches as replays), the group keys
 of open batches a source component had seen whole (``kept``), and per component its task
 count and the ``state_version`` of its bolt; and every file with its size and CRC-32, so
@@ -91,7 +91,7 @@ class Manifest:
 
     id: str
     topology: str
-    version: int
+    version: str
     epoch: int
     created: float
     batches: dict[str, int]
@@ -135,7 +135,7 @@ class Manifest:
             return cls(
                 id=str(data["id"]),
                 topology=str(data["topology"]),
-                version=int(data["version"]),
+                version=str(data["version"]),
                 epoch=int(data["epoch"]),
                 created=float(data["created"]),
                 batches={str(q): int(b) for q, b in data["batches"].items()},
@@ -291,7 +291,7 @@ class Savepoint:
     def describe(self) -> str:
         """One line: the path, the topology, the epoch."""
         m = self.manifest
-        return f"savepoint {self.root} (topology {m.topology!r} v{m.version}, epoch {m.epoch})"
+        return f"savepoint {self.root} (topology {m.topology!r} version {m.version}, epoch {m.epoch})"
 
 
 def _check_file(root: Path, rel: str, size: int, crc: int) -> None:

@@ -27,8 +27,10 @@ restore (measured in ``bench.state``), which a restore pays once.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import SavepointError
@@ -37,7 +39,14 @@ from spark_storm.topology.hashing import fields_hash, pmod
 from spark_storm.topology.model import Topology
 from spark_storm.topology.windows import window_spec
 
-__all__ = ["ComponentRestore", "RestorePlan", "plan_restore", "task_share"]
+__all__ = [
+    "ComponentRestore",
+    "RestorePlan",
+    "check_state_version",
+    "plan_restore",
+    "restore_conf",
+    "task_share",
+]
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,64 @@ def plan_restore(
             _check_rescale(topology, cid, restore, saved.windowed if saved else False, where)
         out[cid] = restore
     return RestorePlan(savepoint, restore_id or manifest.id, out, tuple(gone))
+
+
+def restore_conf(
+    path: str | Path,
+    topology: Topology,
+    bolt_class: Callable[[str], Any],
+    stateful: Callable[[Any], bool],
+    allow_unmatched: bool = False,
+) -> dict[str, Any]:
+    """Check that ``topology`` can start from the savepoint at ``path``; return the conf keys that make it.
+
+    What ``submit --from-savepoint``, ``local-cluster --from-savepoint`` and
+    ``deploy(from_savepoint=...)`` add to the topology's conf: the savepoint's absolute path
+    and a fresh restore id (the workers reset each task once for it), so a savepoint that
+    does not fit fails here, in one line, before any worker starts.
+
+    Raises
+    ------
+    SavepointError
+        The savepoint is missing, partial, corrupt, newer, another topology's, or does not fit.
+    """
+    savepoint = Savepoint.open(path, topology=topology.name)
+    plan = plan_restore(savepoint, topology, lambda cid: stateful(bolt_class(cid)), None, allow_unmatched)
+    for cid, item in plan.components.items():
+        if item.saved_tasks:
+            check_state_version(bolt_class(cid), item.saved_version, cid, savepoint)
+    return {
+        "topology.state.savepoint.path": str(savepoint.root.resolve()),
+        "topology.state.savepoint.restore.id": uuid.uuid4().hex,
+        "topology.state.savepoint.allow.unmatched": allow_unmatched,
+    }
+
+
+def check_state_version(cls: Any, saved: int, cid: str, savepoint: Savepoint) -> None:
+    """Check that bolt class ``cls`` reads the ``saved`` state_version (equal, or newer with ``migrate_state``).
+
+    Raises
+    ------
+    SavepointError
+        A bad ``state_version``, an older one than saved, or a newer one without ``migrate_state``.
+    """
+    version = getattr(cls, "state_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        msg = f"component {cid!r}: {cls.__name__}.state_version is {version!r}; it must be an integer >= 1"
+        raise SavepointError(msg)
+    if version < saved:
+        msg = (
+            f"{savepoint.describe()}: component {cid!r} saved state_version {saved}, newer than "
+            f"{cls.__name__}.state_version {version}; deploy the bolt that wrote it (or a newer one)"
+        )
+        raise SavepointError(msg)
+    if version > saved and not callable(getattr(cls, "migrate_state", None)):
+        msg = (
+            f"component {cid!r}: {cls.__name__}.state_version is {version} and the savepoint's state is version "
+            f"{saved}, but the bolt has no migrate_state(key, value, from_version); add it, or keep "
+            f"state_version = {saved}"
+        )
+        raise SavepointError(msg)
 
 
 def _check_rescale(topology: Topology, cid: str, restore: ComponentRestore, windowed: bool, where: str) -> None:

@@ -2,7 +2,7 @@
 
 ``GET /metrics`` (Prometheus text format, written by ``prometheus_client``), ``GET /health``
 (JSON), ``POST /activate``, ``POST /deactivate`` (JSON ``{"active": ...}``), ``POST /savepoint``
-(JSON ``{"dir": ..., "commit_first": false, "version": 0}``: a savepoint of the whole topology,
+(JSON ``{"dir": ..., "commit_first": false, "hold": false}``: a savepoint of the whole topology,
 coordinated by this worker; the answer names its path and epoch).  Binds
 ``topology.worker.metrics.host`` (loopback by default).  Replies follow the package's one
 HTTP policy (:mod:`spark_storm.http_policy`): a POST from a web page of another origin is
@@ -53,7 +53,7 @@ class Controllable(Protocol):
     def deactivate(self) -> None:
         """Pause executors."""
 
-    def savepoint(self, parent: str, commit_first: bool = False, version: int = 0) -> dict[str, Any]:
+    def savepoint(self, parent: str, commit_first: bool = False, hold: bool = False) -> dict[str, Any]:
         """Write a savepoint of the topology under ``parent``; return its path and epoch."""
 
 
@@ -250,7 +250,7 @@ def start_metrics_server(worker: Controllable, host: str, port: int) -> tuple[Th
                 self.send_json_error(400, f'POST /savepoint wants JSON {{"dir": "/path"}} ({exc!r})')
                 return
             try:
-                answer = worker.savepoint(parent, bool(body.get("commit_first")), int(body.get("version") or 0))
+                answer = worker.savepoint(parent, bool(body.get("commit_first")), bool(body.get("hold")))
             except StormError as exc:
                 self.send_json_error(409, str(exc))
                 return

@@ -260,7 +260,7 @@ class Worker:
         self._set_active(list(self.executors.values()), True)
         logger.info("worker %s: executors active", self.slot)
 
-    def savepoint(self, parent: str, commit_first: bool = False, version: int = 0) -> dict[str, Any]:
+    def savepoint(self, parent: str, commit_first: bool = False, hold: bool = False) -> dict[str, Any]:
         """Write a savepoint of the whole topology under ``parent``, coordinated from here (``POST /savepoint``).
 
         Returns ``{"path": ..., "epoch": ..., "components": {...}}``.
@@ -274,11 +274,12 @@ class Worker:
         if not isinstance(checkpoints, CheckpointManager):
             msg = f"topology {self.state.plan.topology.name!r} has no stateful component: there is nothing to save"
             raise CheckpointError(msg)
-        root, manifest = take_savepoint(checkpoints, parent, commit_first, version)
+        root, manifest = take_savepoint(checkpoints, parent, commit_first, hold)
         return {
             "path": str(root),
             "epoch": manifest.epoch,
             "id": manifest.id,
+            "version": manifest.version,
             "components": {c: m.tasks for c, m in manifest.components.items()},
             "batches": manifest.batches,
         }

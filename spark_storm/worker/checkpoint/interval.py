@@ -7,6 +7,8 @@ to its :class:`~spark_storm.worker.checkpoint.participant.CheckpointManager`
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -16,6 +18,7 @@ from typing import Any
 from spark_storm.errors import RequestTimeoutError, StormError
 from spark_storm.state.protocol import SAVEPOINT_PRIORITY, Coordinator, WorkerStatus
 from spark_storm.state.savepoint import Manifest
+from spark_storm.topology.model import topology_to_dict
 from spark_storm.worker.checkpoint.participant import CheckpointManager
 
 __all__ = ["IntervalCheckpoints", "take_savepoint"]
@@ -53,7 +56,7 @@ def _endpoints(manager: CheckpointManager) -> dict[str, Any]:
 
 
 def take_savepoint(
-    manager: CheckpointManager, parent: str | Path, commit_first: bool, version: int
+    manager: CheckpointManager, parent: str | Path, commit_first: bool, hold: bool = False
 ) -> tuple[Path, Manifest]:
     """Coordinate a savepoint of the whole topology from this worker (``POST /savepoint``); return it.
 
@@ -67,7 +70,9 @@ def take_savepoint(
         settings.retries,
         priority=SAVEPOINT_PRIORITY,
     )
-    return coordinator.savepoint(parent, manager.state.plan.topology.name, version, commit_first=commit_first)
+    topology = manager.state.plan.topology
+    version = hashlib.sha256(json.dumps(topology_to_dict(topology), sort_keys=True, default=str).encode()).hexdigest()
+    return coordinator.savepoint(parent, topology.name, version[:16], commit_first=commit_first, hold=hold)
 
 
 class IntervalCheckpoints:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from spark_storm.config import Config
@@ -33,13 +35,30 @@ from spark_storm.state import InputLog, TaskStore
 from spark_storm.state.format import encode_entry
 from spark_storm.state.savepoint import Savepoint
 from spark_storm.topology.assignment import Plan
-from spark_storm.topology.model import resolve_class
-from spark_storm.topology.restore import RestorePlan, plan_restore, task_share
+from spark_storm.topology.model import Topology, resolve_class
+from spark_storm.topology.restore import RestorePlan, check_state_version, plan_restore, restore_conf, task_share
 from spark_storm.worker.stateful import is_stateful
 
-__all__ = ["Seeder"]
+__all__ = ["Seeder", "restore_for"]
 
 logger = logging.getLogger(__name__)
+
+
+def restore_for(path: str | Path, allow_unmatched: bool = False) -> Callable[[Topology], dict[str, Any]]:
+    """Return what starting from the savepoint at ``path`` adds to a topology's conf (checked against it first).
+
+    ``submit --from-savepoint``, ``local-cluster --from-savepoint`` and
+    ``deploy(from_savepoint=...)`` call it with the topology they start
+    (:func:`~spark_storm.topology.restore.restore_conf`; SavepointError when it does not fit).
+    """
+
+    def restore(topology: Topology) -> dict[str, Any]:
+        def bolt_class(cid: str) -> Any:
+            return resolve_class(topology.components[cid].bolt, f"component {cid!r}: bolt")
+
+        return restore_conf(path, topology, bolt_class, is_stateful, allow_unmatched)
+
+    return restore
 
 
 class Seeder:
@@ -79,7 +98,10 @@ class Seeder:
             conf.get_bool("topology.state.savepoint.allow.unmatched"),
         )
         for cid, item in restore.components.items():
-            _check_version(topology.components[cid].bolt, item.saved_version, cid, savepoint)
+            if item.saved_tasks:
+                check_state_version(
+                    resolve_class(topology.components[cid].bolt, "bolt"), item.saved_version, cid, savepoint
+                )
         return cls(plan, restore)
 
     @property
@@ -152,27 +174,6 @@ class Seeder:
             manifest.batches,
             len(kept),
         )
-
-
-def _check_version(bolt: str, saved: int, cid: str, savepoint: Savepoint) -> None:
-    cls = resolve_class(bolt, "bolt")
-    version = getattr(cls, "state_version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        msg = f"component {cid!r}: {cls.__name__}.state_version is {version!r}; it must be an integer >= 1"
-        raise SavepointError(msg)
-    if version < saved:
-        msg = (
-            f"{savepoint.describe()}: component {cid!r} saved state_version {saved}, newer than "
-            f"{cls.__name__}.state_version {version}; deploy the bolt that wrote it (or a newer one)"
-        )
-        raise SavepointError(msg)
-    if version > saved and not callable(getattr(cls, "migrate_state", None)):
-        msg = (
-            f"component {cid!r}: {cls.__name__}.state_version is {version} and the savepoint's state is version "
-            f"{saved}, but the bolt has no migrate_state(key, value, from_version); add it, or keep "
-            f"state_version = {saved}"
-        )
-        raise SavepointError(msg)
 
 
 def _migrate(cls: type, state: dict[Any, Any], from_version: int, where: str) -> dict[Any, Any]:

@@ -1,0 +1,143 @@
+"""The upgrade in cluster mode, with Spark: kill --savepoint mid-stream, a new bolt version, the same query again.
+
+A keyed ledger is submitted to nimbus and fed by a Spark stream (delivery=processed).  While
+the stream runs, ``spark-storm kill --savepoint`` commits, writes the savepoint and kills the
+topology; the query is stopped (its batch in flight uncommitted in Spark).  The topology is
+submitted again ``--from-savepoint`` with the ledger's next version (a new value format,
+``migrate_state``), and the *same* query restarts from its checkpoint: it replays the batch it
+had not committed (whatever of it the savepoint holds is dropped as a replay) and goes on.
+Every key's committed state must equal the answer over all the files, each row once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spark_storm.cluster.state import ClusterState
+from spark_storm.state.files import EmbeddedBackend
+from spark_storm.state.savepoint import Savepoint
+from spark_storm.topology import plan
+from tests.support import wait_until
+from tests.support.cluster import FAST as CLUSTER_FAST
+from tests.support.cluster import Daemons, checkpoints, cli, health, ports, running_workers, sets, submit
+from tests.support.ledger import expected, ledger_topology, rows_for
+from tests.support.spark import write_json_rows
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("driver_sessions"),
+]
+
+FILES = 12
+PER_FILE = 100
+NAME = "ledgersp"
+
+
+def _query(spark: Any, tmp: Path, zk: str) -> Any:
+    return (
+        spark.readStream.schema("key string, n long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp / "src"))
+        .writeStream.format("storm")
+        .option("zookeeper", zk)
+        .option("topology", NAME)
+        .option("delivery", "processed")
+        .option("checkpointLocation", str(tmp / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def _accepted(state: ClusterState) -> int:
+    return sum(int(health(state, NAME, slot)["counters"]["source_tuples_in"]) for slot in state.read_heartbeats(NAME))
+
+
+def test_kill_with_a_savepoint_then_an_upgraded_bolt_and_the_same_query_end_exact(
+    spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
+) -> None:
+    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
+    for f, rows in batches.items():
+        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    v1 = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
+    source = yaml.safe_load(v1.read_text())
+    next(c for c in source["components"] if c["id"] == "ledger")["bolt"] = (
+        "tests.integration.savepoint_bolts:LedgerBoltV2"
+    )
+    v2 = tmp_path / "ledger-v2.yaml"
+    v2.write_text(yaml.safe_dump(source))
+    daemons.nimbus()
+    daemons.supervisor(ports(2)).wait_for("offering")
+    submit(zk, v1, 2)
+    running_workers(daemons, state, NAME, 2)
+
+    q = _query(spark, tmp_path, zk)
+    try:
+        wait_until(
+            lambda: max((c.get("committed", 0) for c in checkpoints(state, NAME).values()), default=0) >= 3,
+            what="three micro-batches committed",
+            timeout=180,
+        )
+        before = _accepted(state)
+        wait_until(lambda: _accepted(state) > before, what="the next micro-batch under way", timeout=60)
+        out = cli(
+            "kill", NAME, "--savepoint", str(tmp_path / "sp"), "--wait", "0", "--zookeeper", zk, *sets(CLUSTER_FAST)
+        )
+        assert out.returncode == 0, out.stderr
+    finally:
+        q.stop()
+    print(out.stdout.strip())
+    path = re.search(r"at epoch \d+: (\S+)", out.stdout)
+    assert path is not None, out.stdout
+    saved = Savepoint.open(path.group(1), topology=NAME)
+    print(
+        f"savepoint: epoch {saved.manifest.epoch}, batches {saved.manifest.batches}, kept {len(saved.manifest.kept.get('in', []))}"
+    )
+    wait_until(lambda: state.find_topology(NAME) is None, what="the killed topology removed", timeout=60)
+
+    # nothing the savepoint does not fit may start: a topology without the ledger is refused
+    gone = yaml.safe_load(v1.read_text())
+    gone["components"] = [c for c in gone["components"] if c["id"] != "ledger"]
+    bad = tmp_path / "no-ledger.yaml"
+    bad.write_text(yaml.safe_dump(gone))
+    refused = cli("submit", str(bad), "--zookeeper", zk, "--from-savepoint", path.group(1), *sets(CLUSTER_FAST))
+    assert refused.returncode == 2, refused.stderr
+    line = next(x for x in refused.stderr.splitlines() if x.startswith("spark-storm: "))
+    assert "'ledger'" in line, line
+    assert "--allow-unmatched-state" in line, line
+
+    up = cli(
+        "submit", str(v2), "--workers", "2", "--zookeeper", zk, "--from-savepoint", path.group(1), *sets(CLUSTER_FAST)
+    )
+    assert up.returncode == 0, up.stderr
+    running_workers(daemons, state, NAME, 2)
+    q = _query(spark, tmp_path, zk)  # the same query, from its checkpoint
+    try:
+        q.awaitTermination(300)
+        assert q.exception() is None, q.exception()
+        assert not q.isActive, "the stream did not finish within 300s"
+        cps = checkpoints(state, NAME)
+    finally:
+        q.stop()
+    rollbacks = max(c.get("rollbacks", 0) for c in cps.values())
+    replayed = sum(c.get("replayed_records", 0) for c in cps.values())
+    print(
+        f"after the upgrade: committed {max(c.get('committed', 0) for c in cps.values())}, {rollbacks} rollback(s), {replayed} records replayed"
+    )
+    assignment = state.read_assignment(NAME)
+    assert assignment is not None
+    the_plan = plan(state.read_topology(NAME).topology(), assignment.slots)
+    backend = EmbeddedBackend(NAME, tmp_path / "state")
+    got: dict[str, Any] = {}
+    for task in the_plan.component_tasks["ledger"]:
+        got.update(backend.task_store(task).restore()[1])
+    want = {k: {"count": c, "sum": s} for k, (c, s) in expected(batches).items()}
+    wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"
+    assert set(got) == set(want)
