@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spark_storm.errors import ActionNotSupportedError, TopologyActionError, UnknownTopologyError
-from spark_storm.reports import HEARTBEAT_FILE_NAME, metrics_endpoint, read_heartbeat_file
+from spark_storm.errors import ActionNotSupportedError, SavepointError, TopologyActionError, UnknownTopologyError
+from spark_storm.reports import HEARTBEAT_FILE_NAME, metrics_endpoint, read_heartbeat_file, request_savepoint
 from spark_storm.ui.source import ClusterView, SupervisorView, TopologyRef, WorkerRef
 
 __all__ = ["LocalClusterSource"]
@@ -96,6 +96,8 @@ class LocalClusterSource:
         self.heartbeat_dir = Path(heartbeat_dir)
         self.worker_timeout_s = worker_timeout_s
         self.http_timeout_s = http_timeout_s
+        #: How long a savepoint may take (the coordinating worker answers once it is written).
+        self.savepoint_timeout_s = 120.0
         self._lock = threading.Lock()
         self._killed: dict[str, float] = {}
         self._timers: list[threading.Timer] = []
@@ -200,6 +202,22 @@ class LocalClusterSource:
 
     def deactivate(self, topology_id: str) -> None:
         self._post_all(topology_id, "/deactivate")
+
+    def savepoint(self, topology_id: str, directory: str) -> dict[str, Any]:
+        """Write a savepoint: the first live worker with an endpoint coordinates it (``POST /savepoint``)."""
+        failures = []
+        for w in self._live(topology_id):
+            if w.metrics_port is None:
+                failures.append(f"{w.id}: no HTTP endpoint")
+                continue
+            try:
+                return request_savepoint(w.metrics_host, w.metrics_port, directory, timeout=self.savepoint_timeout_s)
+            except SavepointError as exc:
+                failures.append(f"{w.id}: {exc}")
+                if "did not answer" not in str(exc):
+                    break
+        msg = f"savepoint of {topology_id!r} failed: " + "; ".join(failures)
+        raise TopologyActionError(msg)
 
     def rebalance(self, topology_id: str, wait_secs: int, options: Mapping[str, Any]) -> None:
         self._live(topology_id)

@@ -5,7 +5,8 @@ GET ``/api/v1/cluster/summary``, ``/api/v1/cluster/configuration``, ``/api/v1/ni
 ``/api/v1/topology/<id>/component/<component>``, ``/api/v1/topology-workers/<id>`` (Storm's
 shapes) and ``/api/v1/topology/<id>/history`` (ours: executed per second per component for
 the charts).  POST ``/api/v1/topology/<id>/activate``, ``.../deactivate``,
-``.../rebalance/<wait-secs>``, ``.../kill/<wait-secs>``.  Errors are JSON
+``.../rebalance/<wait-secs>``, ``.../kill/<wait-secs>``, ``.../savepoint`` (ours: JSON ``{"dir": ...}``;
+the answer names the savepoint's ``path`` and ``epoch``).  Errors are JSON
 ``{"error": ..., "errorMessage": ...}`` with 400 (a bad wait time or option), 403, 404, 405,
 501 (this cluster cannot do that) or 502 (a worker, ZooKeeper or nimbus refused or could not
 be reached).
@@ -50,7 +51,17 @@ logger = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 _PAGES = {"/": "index.html", "/index.html": "index.html", "/topology.html": "topology.html"}
 _PAGES["/component.html"] = "component.html"
-_ACTIONS = ("activate", "deactivate", "rebalance", "kill")
+_ACTIONS = ("activate", "deactivate", "rebalance", "kill", "savepoint")
+
+
+def _savepoint_dir(body: bytes) -> str:
+    try:
+        directory = json.loads(body or b"{}").get("dir")
+    except (ValueError, AttributeError):
+        directory = None
+    if not isinstance(directory, str) or not directory.strip():
+        raise _HttpError(400, 'POST /api/v1/topology/<id>/savepoint wants JSON {"dir": "/dir/every/worker/writes"}')
+    return directory.strip()
 
 
 class _HttpError(Exception):
@@ -185,6 +196,9 @@ class UIServer:
             case ["topology", tid, "kill", wait]:
                 op = "kill"
                 self.source.kill(tid, _wait_secs(wait))
+            case ["topology", tid, "savepoint"]:
+                taken = self.source.savepoint(tid, _savepoint_dir(body))
+                return {"topologyOperation": "savepoint", "topologyId": tid, "status": "success", **taken}
             case ["topology", _tid, op, *_] if op in _ACTIONS:
                 msg = f"POST /api/v1/topology/<id>/{op}" + ("/<wait-secs>" if op in ("rebalance", "kill") else "")
                 raise _HttpError(400, f"expected {msg}")

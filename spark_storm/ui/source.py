@@ -171,6 +171,10 @@ class ClusterSource(Protocol):
         """Stop the topology's workers after ``wait_secs``; returns at once."""
         ...
 
+    def savepoint(self, topology_id: str, directory: str) -> dict[str, Any]:
+        """Write a savepoint of the topology's state under ``directory``; return its path and epoch."""
+        ...
+
     def close(self) -> None:
         """Cancel pending delayed actions and release resources."""
         ...

@@ -642,6 +642,7 @@ def topology_detail(
             "deactivate": True,
             "rebalance": snap.state.rebalance_supported,
             "kill": True,
+            "savepoint": bool(checkpoints),  # some worker reports a stateful checkpoint view
         },
         "topologyStats": [
             {

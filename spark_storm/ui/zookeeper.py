@@ -38,8 +38,10 @@ from spark_storm.cluster.state import ClusterState
 from spark_storm.config import Config
 from spark_storm.errors import (
     ActionNotSupportedError,
+    CheckpointError,
     ClusterError,
     ConfigError,
+    SavepointError,
     StormError,
     TopologyActionError,
     UnknownTopologyError,
@@ -315,6 +317,15 @@ class ZooKeeperSource:
         if pending is not None:
             pending.cancel()
         self._act(topology_id, "kill", lambda: admin.kill(self.zk, topology_id, float(wait_secs)))
+
+    def savepoint(self, topology_id: str, directory: str) -> dict[str, Any]:
+        """Write a savepoint (``spark-storm savepoint``): a running worker of the topology coordinates it."""
+        self.zk.read_topology(topology_id)  # UnknownTopologyError first
+        try:
+            return admin.savepoint(self.zk, topology_id, directory)
+        except (SavepointError, CheckpointError) as exc:
+            msg = f"savepoint of {topology_id!r} failed: {exc}"
+            raise TopologyActionError(msg) from exc
 
     def close(self) -> None:
         """Cancel delayed rebalances; close the ZooKeeper session if this source opened it."""

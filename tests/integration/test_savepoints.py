@@ -9,6 +9,9 @@ and new ones.  Every key's committed state must equal the answer over every batc
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ import yaml
 
 from spark_storm.state.files import EmbeddedBackend
 from spark_storm.state.savepoint import Savepoint
+from tests.integration.ui_support import LedgerUI
+from tests.support import wait_until
 from tests.support.ledger import ExactRun, expected, ledger_topology, rows_for
 
 pytestmark = pytest.mark.integration
@@ -114,3 +119,32 @@ def test_keyed_state_rescales_from_four_tasks_to_six_and_then_to_three(tmp_path:
             print(f"{tasks} tasks: {len(state)} keys, exact: {state == expected(batches)}")
             assert state == expected(batches)
             first = run.cluster.savepoint(tmp_path / "savepoints")
+
+
+def test_the_rest_api_writes_a_savepoint_and_refuses_a_request_without_a_dir(tmp_path: Path) -> None:
+    with LedgerUI(tmp_path) as run:
+        run.feed_and_commit(0)
+        run.feed_and_commit(1)
+        wait_until(lambda: run.get("topology/ledger")["actions"]["savepoint"], what="the savepoint action offered")
+        answer = _post(run.base, "topology/ledger/savepoint", {"dir": str(tmp_path / "sp")})
+        assert answer["topologyOperation"] == "savepoint"
+        assert answer["status"] == "success"
+        saved = Savepoint.open(answer["path"], topology="ledger")
+        assert saved.manifest.epoch == answer["epoch"] == 2
+        assert saved.manifest.batches == {"q-ledger": 1}
+        merged: dict[str, Any] = {}
+        for index in range(4):
+            merged.update({k: list(v) for k, v in saved.read_task("ledger", index).items()})
+        assert merged == expected(run.batches)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(run.base, "topology/ledger/savepoint", {})
+        assert err.value.code == 400
+        assert "wants JSON" in json.loads(err.value.read())["errorMessage"]
+
+
+def _post(base: str, path: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(
+        f"{base}/api/v1/{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=120) as r:
+        return json.loads(r.read())

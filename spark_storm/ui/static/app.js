@@ -258,6 +258,9 @@ function actionButtons(topo) {
   reb.disabled = status === "KILLED";
   reb.title = a.rebalance ? "rebalance the topology" : "a local cluster cannot rebalance: this needs cluster mode (the API answers 501)";
   document.getElementById("btn-kill").disabled = !a.kill || status === "KILLED";
+  const sp = document.getElementById("btn-savepoint");
+  sp.disabled = !a.savepoint || status === "KILLED";
+  sp.title = a.savepoint ? "write a savepoint of every stateful task" : "the topology keeps no state: nothing to save";
 }
 
 async function refreshTopology() {
@@ -483,12 +486,15 @@ function setupActions() {
   const wait = document.getElementById("confirm-wait");
   const workersRow = document.getElementById("confirm-workers-row");
   const workers = document.getElementById("confirm-workers");
+  const dirRow = document.getElementById("confirm-dir-row");
+  const dir = document.getElementById("confirm-dir");
   let pending = null;
   const ask = (op, question, needsWait) => {
     pending = op;
     text.textContent = question;
     waitRow.style.display = needsWait ? "" : "none";
     workersRow.style.display = op === "rebalance" ? "" : "none";
+    dirRow.style.display = op === "savepoint" ? "" : "none";
     if (op === "rebalance" && currentTopology) workers.value = String(currentTopology.workersRequested || currentTopology.workersTotal || 1);
     dialog.showModal();
   };
@@ -498,6 +504,8 @@ function setupActions() {
     ask("deactivate", `Deactivate topology ${id}? Executors stop consuming; their queues fill and hold senders back.`, false);
   document.getElementById("btn-rebalance").onclick = () =>
     ask("rebalance", `Rebalance topology ${id}? Nimbus reassigns its executors over this many workers.`, true);
+  document.getElementById("btn-savepoint").onclick = () =>
+    ask("savepoint", `Write a savepoint of topology ${id}? Every stateful task's committed state at one epoch goes into a new folder of this directory (every worker must be able to write it).`, false);
   document.getElementById("btn-kill").onclick = () => {
     const cluster = currentTopology && currentTopology.clusterKind === "cluster";
     const when = cluster ? "now; nimbus removes the topology after the wait" : "after the wait";
@@ -512,10 +520,14 @@ function setupActions() {
     if (op === "rebalance") {
       options.headers = { "Content-Type": "application/json" };
       options.body = JSON.stringify({ rebalanceOptions: { numWorkers: parseInt(workers.value || "1", 10) } });
+    } else if (op === "savepoint") {
+      options.headers = { "Content-Type": "application/json" };
+      options.body = JSON.stringify({ dir: dir.value });
     }
     try {
       const r = await api(`topology/${encodeURIComponent(id)}/${path}`, options);
-      showMessage("ok", `${r.topologyOperation} ${r.topologyId}: ${r.status}`);
+      const where = op === "savepoint" ? ` at epoch ${r.epoch}: ${r.path}` : "";
+      showMessage("ok", `${r.topologyOperation} ${r.topologyId}: ${r.status}${where}`);
       await refreshTopology();
     } catch (e) {
       showMessage("error", `${op} failed: ${e.message}`);
