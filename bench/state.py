@@ -32,6 +32,13 @@ Four parts (``--parts``; best of ``--rounds`` where a best makes sense):
     worker B) with a stateless sink and with a stateful one (a ``get`` + ``put`` per tuple,
     embedded state, checkpoints every second), rounds interleaved, at 10 % and 50 % of the
     stateless hop's maximum throughput; the noise is the spread of the stateless rounds.
+(e) state TTL (issue 27), in this process: the cost of TTL's bookkeeping as a ratio of
+    ``get`` + ``put`` with TTL on over TTL off (a warm state of ``--keys`` keys; the hot
+    path alone, and with a barrier every ``--ttl-epoch`` operations: ``advance``, the
+    changes taken and the entry encoded as the executor does; rounds interleaved, best
+    of); then ``--ttl-keys`` distinct keys streamed through a state with a TTL of
+    ``--ttl-epochs`` epochs, a barrier per ``--ttl-epoch`` new keys, the process's RSS
+    and the full snapshots' size sampled: flat after the first TTL period.
 
 Why (a) feeds through a window and gives the columnar topology bigger queues: a queue can
 hold more than its capacity (one publish larger than the capacity enters an empty queue,
@@ -41,8 +48,9 @@ and a backpressure "off" sent meanwhile is lost: the sender holds those tasks' t
 for good and the topology stalls (seen in about one run in three of the stateless tuple
 wordcount fed without a window, on this machine under load).
 
-    python -m bench.state [--parts overhead,getput,recovery,hop] [--rounds 3] [--sentences 40000]
+    python -m bench.state [--parts overhead,getput,recovery,hop,ttl] [--rounds 3] [--sentences 40000]
                           [--words 6000000] [--vocabulary 0] [--keys 100000] [--kills 3] [--set KEY=VALUE]
+                          [--ttl-keys 10000000] [--ttl-epoch 100000] [--ttl-epochs 5]
 """
 
 from __future__ import annotations
@@ -81,6 +89,8 @@ from spark_storm.codec.tuples import Tuple
 from spark_storm.errors import StormError
 from spark_storm.messaging import TaskMessage
 from spark_storm.state import KeyValueState
+from spark_storm.state.format import TtlMeta, encode_entry_parts
+from spark_storm.state.kv import TtlKeyValueState
 from spark_storm.topology import Slot
 from spark_storm.transport import make_context
 from spark_storm.worker.bolt import OutputCollector, TopologyContext
@@ -804,6 +814,132 @@ def _bursts(samples_ns: Any, rate: float, threshold_ms: float) -> str:
     )
 
 
+# --- (e) state TTL ----------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    """This process's resident set, in MB (Linux /proc)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _barrier(state: KeyValueState, epoch: int, now: int) -> int:
+    """What the executor does at a barrier (ExecutorCheckpoints._encode / _encode_ttl), without the write."""
+    if isinstance(state, TtlKeyValueState):
+        expired = state.advance(now)
+        changes = state.take_changes()
+        clock, written, ttls = state.entry_ttl(False)
+        parts = encode_entry_parts(epoch, False, changes, TtlMeta(clock, written, ttls, expired))
+    else:
+        parts = encode_entry_parts(epoch, False, state.take_changes())
+    return sum(map(len, parts))
+
+
+def ttl(args: argparse.Namespace) -> list[str]:
+    rng = random.Random(5)
+    n: int = args.keys
+    load = uptime_load()
+    keys = [f"user{i:07d}" for i in range(n)]
+    order = [keys[rng.randrange(n)] for _ in range(n)]
+    off = KeyValueState({k: i for i, k in enumerate(keys)})
+    on = KeyValueState({k: i for i, k in enumerate(keys)}).enable_ttl(3_600_000)
+    on.advance(0)  # every key stamped, as after a first barrier
+    on.take_changes()
+    per = max(1, args.ttl_epoch)
+    clock = [1]
+
+    def hot(st: KeyValueState) -> Callable[[], None]:
+        def run() -> None:
+            get, put = st.get, st.put
+            for k in order:
+                put(k, get(k, 0) + 1)
+            st.take_changes()
+
+        return run
+
+    def with_barriers(st: KeyValueState) -> Callable[[], None]:
+        def run() -> None:
+            get, put = st.get, st.put
+            for start in range(0, n, per):
+                for k in order[start : start + per]:
+                    put(k, get(k, 0) + 1)
+                clock[0] += 1
+                _barrier(st, clock[0], clock[0])
+
+        return run
+
+    rounds = max(5, 5 * args.rounds)
+    best: dict[str, float] = {}
+    for _ in range(rounds):  # interleaved: a load change hits both sides alike
+        for name, fn in (
+            ("hot off", hot(off)),
+            ("hot on", hot(on)),
+            ("barriers off", with_barriers(off)),
+            ("barriers on", with_barriers(on)),
+        ):
+            took = min(timeit.repeat(fn, number=1, repeat=1)) / n * 1e9
+            best[name] = min(best.get(name, took), took)
+    hot_ratio = best["hot on"] / best["hot off"]
+    all_ratio = best["barriers on"] / best["barriers off"]
+    lines = [
+        f"(e) state TTL, {n:,} warm keys, str keys, int values, best of {rounds} interleaved (load {load}):",
+        f"  get + put, TTL off              {best['hot off']:8.0f} ns",
+        f"  get + put, TTL on (1 h)         {best['hot on']:8.0f} ns   ratio {hot_ratio:.3f}",
+        f"  with a barrier every {per:,} ops (advance, changes taken, entry encoded):",
+        f"    TTL off                       {best['barriers off']:8.0f} ns",
+        f"    TTL on                        {best['barriers on']:8.0f} ns   ratio {all_ratio:.3f}"
+        f"   (target <= 1.10: {'met' if all_ratio <= 1.10 else 'NOT met'})",
+    ]
+    lines += _ttl_stream(args)
+    return lines
+
+
+def _ttl_stream(args: argparse.Namespace) -> list[str]:
+    total: int = args.ttl_keys
+    per = max(1, args.ttl_epoch)
+    period = max(1, args.ttl_epochs)
+    load = uptime_load()
+    state = KeyValueState().enable_ttl(period * 1000)  # a barrier per second of event time
+    started = time.perf_counter()
+    samples: list[tuple[int, float, int, int]] = []  # (epoch, RSS MB, live keys, full snapshot bytes)
+    since_full = 0
+    epoch = 0
+    for start in range(0, total, per):
+        epoch += 1
+        put = state.put
+        for i in range(start, min(total, start + per)):
+            put(f"user{i:09d}", i)
+        expired = state.advance(epoch * 1000)
+        since_full += state.changed + len(expired)
+        full = since_full > max(1000, len(state))
+        changes = state.snapshot() if full else state.take_changes()
+        clock, written, ttls = state.entry_ttl(full)
+        size = sum(map(len, encode_entry_parts(epoch, full, changes, TtlMeta(clock, written, ttls, expired))))
+        del changes
+        if full:
+            since_full = 0
+        samples.append((epoch, _rss_mb(), len(state), size if full else 0))
+    took = time.perf_counter() - started
+    after = [s for s in samples if s[0] > 2 * period]
+    rss = [s[1] for s in after]
+    fulls = [s[3] for s in after if s[3]]
+    step = max(1, len(samples) // 12)
+    shown = ", ".join(f"{e}: {r:.0f} MB/{k // 1000}k" for e, r, k, _ in samples[::step])
+    growth = (max(rss) - min(rss)) / min(rss) if rss else float("nan")
+    return [
+        f"  {total:,} distinct keys streamed, {per:,} new keys per epoch, TTL {period} epochs, "
+        f"{epoch} barriers in {took:.1f} s (load {load} at the start, {uptime_load()} at the end):",
+        f"    RSS / live keys by epoch: {shown}",
+        f"    after the first two TTL periods: RSS {min(rss):.0f}..{max(rss):.0f} MB (spread {growth:.1%}), "
+        f"live keys {min(s[2] for s in after):,}..{max(s[2] for s in after):,}, "
+        f"full snapshots {min(fulls, default=0) / 1e6:.1f}..{max(fulls, default=0) / 1e6:.1f} MB "
+        f"({len(fulls)} of them)   (target flat: {'met' if growth <= 0.10 else 'NOT met'})",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", default="overhead,getput,recovery,hop")
@@ -822,6 +958,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="seconds per hop run of (d)")
     parser.add_argument("--max-tuples", type=int, default=200_000, help="tuples of (d)'s throughput runs")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a worker setting")
+    parser.add_argument("--ttl-keys", type=int, default=10_000_000, help="distinct keys streamed through (e)")
+    parser.add_argument("--ttl-epoch", type=int, default=100_000, help="operations (new keys) per epoch of (e)")
+    parser.add_argument("--ttl-epochs", type=int, default=5, help="the TTL of (e)'s stream, in epochs")
     args = parser.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -836,8 +975,10 @@ def main(argv: list[str] | None = None) -> int:
             report += recovery(args)
         elif part == "hop":
             report += hops(args, overrides)
+        elif part == "ttl":
+            report += ttl(args)
         else:
-            parser.error(f"unknown part {part!r}: choose from overhead, getput, recovery, hop")
+            parser.error(f"unknown part {part!r}: choose from overhead, getput, recovery, hop, ttl")
         report.append("")
     print(f"\nbench.state, load average {started} at the start, {uptime_load()} at the end")
     if overrides:

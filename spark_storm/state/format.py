@@ -165,6 +165,8 @@ def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any], ttl: 
     """
     keys, values, deletes = [], [], []
     stored: list[Any] = []
+    # the stored keys are needed for per-key TTL data only (a full snapshot's times, per-put TTLs)
+    by_key = ttl is not None and (bool(ttl.ttls) or isinstance(ttl.written, Mapping))
     big = False
     for key, value in changes.items():
         if value is DELETED:
@@ -172,7 +174,7 @@ def encode_entry_parts(epoch: int, full: bool, changes: Mapping[Any, Any], ttl: 
         else:
             keys.append(thaw(key))
             values.append(value)
-            if ttl is not None:
+            if by_key:
                 stored.append(key)
             if not big and type(value) is list and value and type(value[0]) is bytes:
                 big = len(value[0]) >= _BIG_BYTES

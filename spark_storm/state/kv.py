@@ -481,25 +481,20 @@ class TtlKeyValueState(KeyValueState):
         exempt = book.exempt
         index = book.index
         t: int | None
-        if not pending and not ttls and ttl is not None:  # the common case, in bulk: every key has the TTL
-            live = [k for k in changed if k in data]
-            if len(live) != len(changed):  # deleted ones
-                for key in changed:
-                    if key not in data:
-                        stamp.pop(key, None)
-            if exempt is not None:
-                live = [k for k in live if type(k) is not tuple or not book.is_exempt(k)]
+        bulk = not pending and not ttls and ttl is not None
+        if bulk:  # the common case, in bulk: every key written has the component's TTL
+            # Deleted keys are stamped too: expiry skips a key the dict no longer holds.
+            live = changed if exempt is None else {k for k in changed if type(k) is not tuple or not book.is_exempt(k)}
             if live:
                 stamp.update(dict.fromkeys(live, now))
-                at = now + ttl
+                at = now + (ttl or 0)  # bulk: ttl is set
                 bucket = book.buckets.get(at)
                 if bucket is None:
-                    book.buckets[at] = live
+                    book.buckets[at] = list(live)
                     heapq.heappush(book.heap, at)
                 else:
                     bucket.extend(live)
-            changed = set()  # done
-        for key in changed:
+        for key in () if bulk else changed:
             if key not in data:  # deleted
                 stamp.pop(key, None)
                 ttls.pop(key, None)

@@ -135,10 +135,12 @@ class ExecutorCheckpoints:
             return
         if ttl.refused is not None:
             state.refuse_ttl(ttl.refused)
-        elif ttl.on or meta.any or state.ttl_on:
-            state.enable_ttl(ttl.ttl_ms, WINDOW_PREFIX).load_ttl(meta.written, meta.ttls, meta.clock)
         else:
-            state.configure_ttl(ttl.ttl_ms, WINDOW_PREFIX)  # on at the first put with a ttl
+            exempt = WINDOW_PREFIX if task in self._ex.windows else None  # the window engine's keys never expire
+            if ttl.on or meta.any or state.ttl_on:
+                state.enable_ttl(ttl.ttl_ms, exempt).load_ttl(meta.written, meta.ttls, meta.clock)
+            else:
+                state.configure_ttl(ttl.ttl_ms, exempt)  # on at the first put with a ttl
         clock = self.event_clocks.get(task)
         if clock is not None:  # the event time up to the restored epoch
             clock.newest = meta.clock if meta.clock is not None else NO_TIME
@@ -256,7 +258,7 @@ class ExecutorCheckpoints:
             self._ex.windows[task].save(state, epoch)
         bolt.pre_prepare(epoch)
         store = self.stores[task]
-        if type(state) is TtlKeyValueState:
+        if isinstance(state, TtlKeyValueState):
             return self._encode_ttl(task, epoch, state)
         since = self._keys_since_full[task] + state.changed
         if since > max(self._snapshot_min, len(state)):
