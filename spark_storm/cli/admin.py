@@ -13,11 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from spark_storm.cli.common import command_conf
 from spark_storm.config import load_config
+from spark_storm.errors import ConfigError
 
 if TYPE_CHECKING:
     pass
 
 __all__ = ["cluster_command", "config", "plan"]
+
+
+def _executors(pairs: list[str] | None) -> dict[str, int]:
+    """Parse repeated ``--executors COMPONENT=N``."""
+    out: dict[str, int] = {}
+    for pair in pairs or []:
+        component, _, count = pair.partition("=")
+        if not component or not count.strip().isdigit():
+            msg = f"--executors {pair!r}: give COMPONENT=N, e.g. --executors ledger=4"
+            raise ConfigError(msg)
+        out[component.strip()] = int(count)
+    return out
 
 
 def _savepoint_line(name: str, taken: Mapping[str, Any]) -> str:
@@ -56,8 +69,10 @@ def cluster_command(args: argparse.Namespace) -> int:
         elif args.command == "deactivate":
             print(f"topology {admin.deactivate(state, args.name).name} is inactive")
         elif args.command == "rebalance":
-            record = admin.rebalance(state, args.name, args.workers)
-            print(f"topology {record.name}: rebalancing to {record.workers} workers")
+            executors = _executors(args.executors)
+            record = admin.rebalance(state, args.name, args.workers, executors)
+            moved = "".join(f", {c} on {n} executors" for c, n in sorted(executors.items()))
+            print(f"topology {record.name}: rebalancing to {record.workers} workers{moved}")
         elif args.command == "savepoint":
             taken = admin.savepoint(state, args.name, args.dir)
             print(_savepoint_line(args.name, taken))

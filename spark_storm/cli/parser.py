@@ -172,10 +172,17 @@ def build_parser() -> argparse.ArgumentParser:
         cluster_args(p)
         p.add_argument("name", help="topology name")
         p.set_defaults(func=admin.cluster_command)
-    rebalance = sub.add_parser("rebalance", help="change a submitted topology's number of workers")
+    rebalance = sub.add_parser("rebalance", help="change a submitted topology's workers or a component's executors")
     cluster_args(rebalance)
     rebalance.add_argument("name", help="topology name")
-    rebalance.add_argument("--workers", type=int, required=True, help="new number of worker processes")
+    rebalance.add_argument("--workers", type=int, help="new number of worker processes")
+    rebalance.add_argument(
+        "--executors",
+        "-e",
+        action="append",
+        metavar="COMPONENT=N",
+        help="a component's executors, within its task count (repeatable; Storm's -e)",
+    )
     rebalance.set_defaults(func=admin.cluster_command)
     kill = sub.add_parser("kill", help="deactivate a topology, then remove it and stop its workers")
     cluster_args(kill)

@@ -160,10 +160,31 @@ def deactivate(state: ClusterState, name: str) -> TopologyRecord:
     return state.set_status(name, INACTIVE)
 
 
-def rebalance(state: ClusterState, name: str, workers: int) -> TopologyRecord:
-    """Ask for ``workers`` worker processes; nimbus writes a new assignment."""
+def rebalance(
+    state: ClusterState, name: str, workers: int | None, executors: Mapping[str, int] | None = None
+) -> TopologyRecord:
+    """Ask for ``workers`` worker processes and/or these components' executors; nimbus writes a new assignment.
+
+    ``executors`` (Storm's ``rebalance -e COMPONENT=N``) changes a component's executors
+    within its task count, live: its tasks move between executors (and workers) as in any
+    reassignment, and stateful tasks restore their committed state there (the next round
+    rolls back what moved, so the state stays exact).
+
+    Raises
+    ------
+    ConfigError
+        Neither given, a bad worker count, an unknown component or a count outside 1 .. its tasks.
+    """
+    if workers is None and not executors:
+        msg = f"rebalance of {name!r}: give --workers N and/or --executors COMPONENT=N"
+        raise ConfigError(msg)
     require_nimbus(state)
-    return state.set_workers(name, workers)
+    record = state.read_topology(name)
+    if executors:
+        record = state.set_executors(name, executors)
+    if workers is not None:
+        record = state.set_workers(name, workers)
+    return record
 
 
 def kill(state: ClusterState, name: str, wait_secs: float | None = None) -> TopologyRecord:

@@ -24,12 +24,13 @@ raises :class:`~spark_storm.errors.ClusterError` naming the path.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
@@ -172,7 +173,12 @@ class SupervisorInfo:
 
 @dataclass(frozen=True)
 class TopologyRecord:
-    """A submitted topology: its YAML source, status and the number of workers it asks for."""
+    """A submitted topology: its YAML source, status, the workers it asks for and executor overrides.
+
+    ``executors`` is what ``spark-storm rebalance --executors COMPONENT=N`` asked for: a
+    component's executors (within its task count, which never changes).  Nimbus plans with
+    it; the workers and the Spark driver read it back from the assignment (its executors).
+    """
 
     name: str
     source: str
@@ -180,10 +186,12 @@ class TopologyRecord:
     workers: int = 1
     submitted: float = 0.0
     kill_at: float | None = None
+    executors: Mapping[str, int] = field(default_factory=dict)
 
     def topology(self) -> Topology:
-        """Parse the stored YAML into a :class:`Topology` (the same parser as a topology file)."""
-        return topology_from_dict(yaml.safe_load(self.source), origin=f"ZooKeeper {TOPOLOGIES}/{self.name}")
+        """Parse the stored YAML into a :class:`Topology` (the same parser as a topology file), executors applied."""
+        topo = topology_from_dict(yaml.safe_load(self.source), origin=f"ZooKeeper {TOPOLOGIES}/{self.name}")
+        return with_parallelism(topo, self.executors) if self.executors else topo
 
     @property
     def digest(self) -> str:
@@ -200,6 +208,7 @@ class TopologyRecord:
                 "workers": self.workers,
                 "submitted": self.submitted,
                 "kill_at": self.kill_at,
+                "executors": dict(self.executors),
             }
         )
 
@@ -215,7 +224,32 @@ class TopologyRecord:
             int(raw.get("workers", 1)),
             float(raw.get("submitted", 0.0)),
             None if kill_at is None else float(kill_at),
+            {str(c): int(n) for c, n in dict(raw.get("executors") or {}).items()},
         )
+
+
+def with_parallelism(topology: Topology, executors: Mapping[str, int]) -> Topology:
+    """Return ``topology`` with these components' executors (parallelism); their task counts stay.
+
+    Raises
+    ------
+    ConfigError
+        An unknown component, or a count outside 1 .. its task count.
+    """
+    components = dict(topology.components)
+    for cid, count in executors.items():
+        comp = components.get(cid)
+        if comp is None:
+            msg = f"topology {topology.name!r} has no component {cid!r} (it has {', '.join(sorted(components))})"
+            raise ConfigError(msg)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= comp.num_tasks:
+            msg = (
+                f"component {cid!r} of {topology.name!r}: executors must be 1 .. {comp.num_tasks} (its tasks, fixed "
+                f"when the topology was submitted), got {count!r}"
+            )
+            raise ConfigError(msg)
+        components[cid] = dataclasses.replace(comp, parallelism=count, tasks=comp.num_tasks)
+    return dataclasses.replace(topology, components=components)
 
 
 @dataclass(frozen=True)
@@ -279,6 +313,17 @@ class Assignment:
         if topology.name != self.topology:
             msg = f"assignment of topology {self.topology!r} cannot place topology {topology.name!r}"
             raise ClusterError(msg)
+        counts: dict[str, int] = {}
+        for spec in self.executors:
+            counts[spec.component] = counts.get(spec.component, 0) + 1
+        changed = {
+            c: n for c, n in counts.items() if c in topology.components and topology.components[c].parallelism != n
+        }
+        if changed:  # a rebalance --executors: the assignment's executors are the ones that run
+            try:
+                topology = with_parallelism(topology, changed)
+            except ConfigError as exc:
+                raise ClusterError(str(exc)) from exc
         base = plan(topology, list(self.slots))
         if set(base.executors) != set(self.executors):
             msg = (

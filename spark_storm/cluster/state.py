@@ -15,6 +15,7 @@ hand work to a thread of your own) and do not block in them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ from spark_storm.cluster.records import (
     check_topology_name,
     dumps,
     parse_slot,
+    with_parallelism,
 )
 from spark_storm.cluster.session import Watch, ZooKeeperAddress, ZooKeeperSession
 from spark_storm.errors import (
@@ -206,14 +208,7 @@ class ClusterState:
             if record.status == KILLED and status != KILLED:
                 msg = f"topology {name!r} is being killed; it cannot be made {status}"
                 raise ClusterError(msg)
-            return TopologyRecord(
-                record.name,
-                record.source,
-                status,
-                record.workers,
-                record.submitted,
-                kill_at if status == KILLED else None,
-            )
+            return dataclasses.replace(record, status=status, kill_at=kill_at if status == KILLED else None)
 
         return self._update_topology(name, change)
 
@@ -227,7 +222,20 @@ class ClusterState:
             if record.status == KILLED:
                 msg = f"topology {name!r} is being killed; it cannot be rebalanced"
                 raise ClusterError(msg)
-            return TopologyRecord(record.name, record.source, record.status, workers, record.submitted, record.kill_at)
+            return dataclasses.replace(record, workers=workers)
+
+        return self._update_topology(name, change)
+
+    def set_executors(self, name: str, executors: Mapping[str, int]) -> TopologyRecord:
+        """Ask for these components' executors (``rebalance --executors``); nimbus reassigns."""
+
+        def change(record: TopologyRecord) -> TopologyRecord:
+            if record.status == KILLED:
+                msg = f"topology {name!r} is being killed; it cannot be rebalanced"
+                raise ClusterError(msg)
+            wanted = {**record.executors, **executors}
+            with_parallelism(record.topology(), executors)  # ConfigError naming the component and the range
+            return dataclasses.replace(record, executors=wanted)
 
         return self._update_topology(name, change)
 

@@ -270,6 +270,7 @@ class ZooKeeperSource:
         workers move executors in place, so nothing is paused during the wait.
         """
         workers = _num_workers(topology_id, options)
+        executors = _executors(topology_id, options)
         if wait_secs < 0:
             msg = f"rebalance wait time must be >= 0 seconds, got {wait_secs}"
             raise ConfigError(msg)
@@ -283,14 +284,14 @@ class ZooKeeperSource:
 
         self._act(topology_id, "rebalance", check)
         if wait_secs == 0:
-            self._act(topology_id, "rebalance", lambda: admin.rebalance(self.zk, topology_id, workers))
+            self._act(topology_id, "rebalance", lambda: admin.rebalance(self.zk, topology_id, workers, executors))
             return
 
         def later() -> None:
             try:
-                self._act(topology_id, "rebalance", lambda: admin.rebalance(self.zk, topology_id, workers))
+                self._act(topology_id, "rebalance", lambda: admin.rebalance(self.zk, topology_id, workers, executors))
             except StormError as exc:
-                logger.error("UI: delayed rebalance of %s to %d workers failed: %s", topology_id, workers, exc)
+                logger.error("UI: delayed rebalance of %s (workers %s) failed: %s", topology_id, workers, exc)
             finally:
                 with self._lock:
                     if self._rebalances.get(topology_id) is timer:
@@ -337,7 +338,16 @@ class ZooKeeperSource:
             self.zk.close()
 
 
-def _num_workers(topology_id: str, options: Mapping[str, Any]) -> int:
+def _executors(topology_id: str, options: Mapping[str, Any]) -> dict[str, int]:
+    """Storm's ``rebalanceOptions.executors``: ``{component: executors}`` (checked by the rebalance itself)."""
+    raw = options.get("executors") or {}
+    if not isinstance(raw, Mapping) or not all(isinstance(n, int) and not isinstance(n, bool) for n in raw.values()):
+        msg = f'rebalance of {topology_id!r}: "executors" must map component ids to whole numbers, got {raw!r}'
+        raise ConfigError(msg)
+    return {str(c): int(n) for c, n in raw.items()}
+
+
+def _num_workers(topology_id: str, options: Mapping[str, Any]) -> int | None:
     unknown = sorted(set(options) - _REBALANCE_KEYS)
     if unknown:
         msg = (
@@ -345,14 +355,9 @@ def _num_workers(topology_id: str, options: Mapping[str, Any]) -> int:
             'give {"rebalanceOptions": {"numWorkers": N}}'
         )
         raise ConfigError(msg)
-    if options.get("executors"):
-        msg = (
-            f"rebalance of {topology_id!r}: changing a component's executors is not possible in spark-storm "
-            "(parallelism and tasks are fixed in the topology file: kill it and submit the changed file); "
-            "rebalance changes numWorkers"
-        )
-        raise ActionNotSupportedError(msg)
     workers = options.get("numWorkers")
+    if workers is None and options.get("executors"):
+        return None
     if workers is None:
         msg = (
             f'rebalance of {topology_id!r} needs {{"rebalanceOptions": {{"numWorkers": N}}}}: the new number of '

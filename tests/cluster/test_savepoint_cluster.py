@@ -141,3 +141,61 @@ def test_kill_with_a_savepoint_then_an_upgraded_bolt_and_the_same_query_end_exac
     wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"
     assert set(got) == set(want)
+
+
+def test_rebalance_executors_of_the_stateful_component_mid_stream_stays_exact(
+    spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
+) -> None:
+    """``spark-storm rebalance -e ledger=4``: the ledger's 4 tasks go from 2 executors to 4, live, exact."""
+    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
+    for f, rows in batches.items():
+        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    topo = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
+    daemons.nimbus()
+    daemons.supervisor(ports(2)).wait_for("offering")
+    submit(zk, topo, 2)
+    running_workers(daemons, state, NAME, 2)
+    q = _query(spark, tmp_path, zk)
+    try:
+        wait_until(
+            lambda: max((c.get("committed", 0) for c in checkpoints(state, NAME).values()), default=0) >= 3,
+            what="three micro-batches committed",
+            timeout=180,
+        )
+        bad = cli("rebalance", NAME, "-e", "ledger=5", "--zookeeper", zk, *sets(CLUSTER_FAST))
+        assert bad.returncode == 2, bad.stderr
+        assert "executors must be 1 .. 4" in bad.stderr, bad.stderr
+        out = cli("rebalance", NAME, "-e", "ledger=4", "--zookeeper", zk, *sets(CLUSTER_FAST))
+        assert out.returncode == 0, out.stderr
+        assert "ledger on 4 executors" in out.stdout, out.stdout
+        wait_until(
+            lambda: (
+                (a := state.read_assignment(NAME)) is not None
+                and sum(1 for e in a.executors if e.component == "ledger") == 4
+            ),
+            what="an assignment with 4 ledger executors",
+            timeout=60,
+        )
+        moved_at = max(c.get("committed", 0) for c in checkpoints(state, NAME).values())
+        q.awaitTermination(300)
+        assert q.exception() is None, q.exception()
+        assert not q.isActive, "the stream did not finish within 300s"
+        cps = checkpoints(state, NAME)
+    finally:
+        q.stop()
+    final = max(c.get("committed", 0) for c in cps.values())
+    print(
+        f"rebalance -e ledger=4: at epoch {moved_at}, {final} at the end; rollbacks {max(c.get('rollbacks', 0) for c in cps.values())}"
+    )
+    assert final > moved_at, "the stream ended before the rebalance took effect"
+    assignment = state.read_assignment(NAME)
+    assert assignment is not None
+    the_plan = assignment.plan(state.read_topology(NAME).topology())
+    assert len([e for e in the_plan.executors if e.component == "ledger"]) == 4
+    backend = EmbeddedBackend(NAME, tmp_path / "state")
+    got: dict[str, Any] = {}
+    for task in the_plan.component_tasks["ledger"]:
+        got.update({k: list(v) for k, v in backend.task_store(task).restore()[1].items()})
+    want = expected(batches)
+    wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"

@@ -215,9 +215,9 @@ def test_nimbus_serves_the_ui_and_its_actions_change_the_cluster(
     status, body = ui.post("topology/wordcount/rebalance/0")
     assert status == 400
     assert "numWorkers" in body["errorMessage"]
-    status, body = ui.post("topology/wordcount/rebalance/0", {"rebalanceOptions": {"executors": {"split": 4}}})
-    assert status == 501
-    assert "kill it and submit the changed file" in body["errorMessage"]
+    status, body = ui.post("topology/wordcount/rebalance/0", {"rebalanceOptions": {"executors": {"split": 99}}})
+    assert status == 400  # Storm's rebalanceOptions.executors: within the component's task count
+    assert "executors must be 1 .." in body["errorMessage"]
     assert ui.post("topology/nope/rebalance/0", {"rebalanceOptions": {"numWorkers": 2}})[0] == 404
     current = state.read_assignment("wordcount")
     assert current is not None
