@@ -33,10 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spark_storm.errors import SavepointError
+import numpy as np
+import pyarrow as pa
+
+from spark_storm.errors import ConfigError, SavepointError
 from spark_storm.state.savepoint import Savepoint
-from spark_storm.topology.hashing import fields_hash, pmod
+from spark_storm.topology.hashing import fields_hash
 from spark_storm.topology.model import Topology
+from spark_storm.topology.routing import spark_hash
 from spark_storm.topology.windows import window_spec
 
 __all__ = [
@@ -45,6 +49,7 @@ __all__ = [
     "check_state_version",
     "plan_restore",
     "restore_conf",
+    "split_keyed",
     "task_share",
 ]
 
@@ -196,31 +201,64 @@ def key_values(key: Any) -> tuple[Any, ...]:
     return tuple(key) if isinstance(key, tuple) else (key,)
 
 
-def task_share(
-    states: Iterable[tuple[int, Mapping[Any, Any]]], saved_tasks: int, tasks: int, index: int, where: str
-) -> dict[Any, Any]:
-    """Return the keys of the saved tasks' ``states`` ((old index, state), ...) that task ``index`` of ``tasks`` owns.
+def split_keyed(
+    states: Iterable[tuple[int, Mapping[Any, Any]]], saved_tasks: int, tasks: int, where: str
+) -> list[dict[Any, Any]]:
+    """Split the saved tasks' ``states`` ((old index, state), ...) over ``tasks`` tasks by the fields grouping's hash.
+
+    Each key is hashed once (vectorised where its column's values share one type, as
+    the Spark writer hashes them; one by one otherwise) and checked against the task it
+    was saved on.
 
     Raises
     ------
     SavepointError
         A key of old task ``i`` does not hash to ``i``: the state is not keyed by the grouping values.
     """
-    out: dict[Any, Any] = {}
+    out: list[dict[Any, Any]] = [{} for _ in range(tasks)]
     for old_index, state in states:
-        for key, value in state.items():
-            try:
-                h = fields_hash(key_values(key))
-            except (TypeError, ValueError) as exc:
-                msg = f"{where}: state key {key!r} of task {old_index} cannot be hashed as grouping values ({exc})"
-                raise SavepointError(msg) from exc
-            if pmod(h, saved_tasks) != old_index:
-                msg = (
-                    f"{where}: state key {key!r} is on task {old_index}, but its grouping values hash to task "
-                    f"{pmod(h, saved_tasks)} of {saved_tasks}: this state is not keyed by its grouping values and "
-                    f"cannot be rescaled; restore it with {saved_tasks} tasks"
-                )
-                raise SavepointError(msg)
-            if pmod(h, tasks) == index:
-                out[key] = value
+        keys = list(state)
+        hashes = _hashes(keys, old_index, where)
+        old = np.mod(hashes, saved_tasks)
+        stray = np.flatnonzero(old != old_index)
+        if len(stray):
+            key = keys[int(stray[0])]
+            msg = (
+                f"{where}: state key {key!r} is on task {old_index}, but its grouping values hash to task "
+                f"{int(old[stray[0]])} of {saved_tasks}: this state is not keyed by its grouping values and "
+                f"cannot be rescaled; restore it with {saved_tasks} tasks"
+            )
+            raise SavepointError(msg)
+        for key, new in zip(keys, np.mod(hashes, tasks).tolist(), strict=True):
+            out[new][key] = state[key]
     return out
+
+
+def _hashes(keys: list[Any], old_index: int, where: str) -> Any:
+    """Return the fields grouping's hash of every key, as an int64 numpy array."""
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    rows = [key_values(k) for k in keys]
+    width = len(rows[0])
+    if all(len(r) == width for r in rows):
+        try:
+            columns = [pa.array([r[i] for r in rows]) for i in range(width)]
+            if not any(pa.types.is_null(c.type) for c in columns):
+                return spark_hash(columns).astype(np.int64)
+        except (pa.ArrowException, ConfigError, TypeError, ValueError, OverflowError):
+            pass  # mixed or unhashable types in a column: one by one, as the workers route them
+    out = np.empty(len(rows), dtype=np.int64)
+    for i, values in enumerate(rows):
+        try:
+            out[i] = fields_hash(values)
+        except (TypeError, ValueError) as exc:
+            msg = f"{where}: state key {keys[i]!r} of task {old_index} cannot be hashed as grouping values ({exc})"
+            raise SavepointError(msg) from exc
+    return out
+
+
+def task_share(
+    states: Iterable[tuple[int, Mapping[Any, Any]]], saved_tasks: int, tasks: int, index: int, where: str
+) -> dict[Any, Any]:
+    """Return the keys of ``states`` that task ``index`` of ``tasks`` owns (see :func:`split_keyed`)."""
+    return split_keyed(states, saved_tasks, tasks, where)[index]

@@ -14,7 +14,7 @@ from spark_storm.state.savepoint import ComponentManifest, Manifest, Savepoint, 
 from spark_storm.topology.hashing import fields_hash, pmod
 from spark_storm.topology.loader import topology_from_dict
 from spark_storm.topology.model import Topology
-from spark_storm.topology.restore import check_state_version, plan_restore, task_share
+from spark_storm.topology.restore import check_state_version, plan_restore, split_keyed, task_share
 
 
 def _topology(tasks: int = 4, grouping: str = "fields", extra: dict[str, Any] | None = None) -> Topology:
@@ -182,3 +182,30 @@ def test_state_versions_are_checked_before_anything_is_restored(tmp_path: Path) 
         check_state_version(_V2, 1, "ledger", saved)
     with pytest.raises(SavepointError, match="saved state_version 2, newer than"):
         check_state_version(_V1, 2, "ledger", saved)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [f"u{i}" for i in range(300)] + ["", "é", "日本語"],
+        [*range(-150, 150), 2**40, -(2**40)],
+        [0.5 * i for i in range(-50, 50)] + [-0.0],
+        [True, False],
+        [b"\x00", b"abc", b"abcde"],
+        [("a", 1), ("b", 2), ("c", -3)],
+        ["mixed", 1, 2.5, None, b"x"],  # one column of many types: hashed one by one
+    ],
+)
+def test_the_split_hashes_each_key_as_the_fields_grouping_routes_it(keys: list[Any]) -> None:
+    """Vectorised or one by one, a key's task is pmod(fields_hash(values), tasks), as the workers route tuples."""
+    saved = 3
+    states: list[dict[Any, Any]] = [{} for _ in range(saved)]
+    for i, key in enumerate(keys):
+        values = list(key) if isinstance(key, tuple) else [key]
+        states[pmod(fields_hash(values), saved)][key] = i
+    shares = split_keyed(enumerate(states), saved, 5, "test")
+    for j, share in enumerate(shares):
+        for key in share:
+            values = list(key) if isinstance(key, tuple) else [key]
+            assert pmod(fields_hash(values), 5) == j, key
+    assert sum(len(s) for s in shares) == len({k for s in states for k in s})

@@ -18,7 +18,7 @@ restored.
   replays from then on) and the group keys of open batches it had taken in whole.
 
 Threads: the worker's start thread and executor threads at their prepare (one task each)
-call it; the decoded saved tasks a rescale shares are cached under ``_lock``.
+call it; the split of a rescaled component's saved keys is made once, under ``_lock``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from spark_storm.state.format import encode_entry
 from spark_storm.state.savepoint import Savepoint
 from spark_storm.topology.assignment import Plan
 from spark_storm.topology.model import Topology, resolve_class
-from spark_storm.topology.restore import RestorePlan, check_state_version, plan_restore, restore_conf, task_share
+from spark_storm.topology.restore import RestorePlan, check_state_version, plan_restore, restore_conf, split_keyed
 from spark_storm.worker.stateful import is_stateful
 
 __all__ = ["Seeder", "restore_for"]
@@ -68,7 +68,7 @@ class Seeder:
         self._plan = plan
         self.restore = restore
         self._lock = threading.Lock()
-        self._decoded: dict[str, list[tuple[int, dict[Any, Any]]]] = {}
+        self._shares: dict[str, list[dict[Any, Any]]] = {}
         self.reset_tasks = 0
         self.reset_logs = 0
 
@@ -135,7 +135,7 @@ class Seeder:
             how = "copied"
         else:
             if item.rescaled:
-                state = task_share(self._saved(cid, item.saved_tasks), item.saved_tasks, item.tasks, index, where)
+                state = self._share(cid, item.saved_tasks, item.tasks, index, where)
                 how = f"{len(state)} keys of {item.saved_tasks} saved tasks (rescaled to {item.tasks})"
             else:
                 state = savepoint.read_task(cid, index)
@@ -149,13 +149,15 @@ class Seeder:
             self.reset_tasks += 1
         logger.info("task %d (%s[%d]) restored from %s at epoch %d: %s", task, cid, index, savepoint.root, epoch, how)
 
-    def _saved(self, cid: str, tasks: int) -> list[tuple[int, dict[Any, Any]]]:
+    def _share(self, cid: str, saved_tasks: int, tasks: int, index: int, where: str) -> dict[Any, Any]:
+        """Task ``index``'s keys of a rescaled component (the saved tasks read and split once per worker)."""
         with self._lock:
-            states = self._decoded.get(cid)
-            if states is None:
+            shares = self._shares.get(cid)
+            if shares is None:
                 savepoint = self.restore.savepoint
-                states = self._decoded[cid] = [(i, savepoint.read_task(cid, i)) for i in range(tasks)]
-            return states
+                saved = ((i, savepoint.read_task(cid, i)) for i in range(saved_tasks))
+                shares = self._shares[cid] = split_keyed(saved, saved_tasks, tasks, where)
+            return shares[index]
 
     # --- source logs ----------------------------------------------------------------------------------
     def seed_log(self, task: int, log: InputLog) -> None:
