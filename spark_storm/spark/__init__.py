@@ -1,4 +1,4 @@
-"""The Spark side (the only layer importing pyspark): format("storm"), storm_sink, storm_foreach, deploy."""
+"""The Spark side (the only layer importing pyspark): format("storm"), format("storm_state"), storm_sink, deploy."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from spark_storm.spark.deploy import Deployment, DeploymentStatus, deploy
 from spark_storm.spark.foreach import StormForeachWriter, storm_foreach
 from spark_storm.spark.options import StormOptions
 from spark_storm.spark.sink import StormSink, storm_sink
+from spark_storm.spark.state_source import StormStateDataSource
 
 __all__ = [
     "Deployment",
@@ -19,6 +20,7 @@ __all__ = [
     "StormForeachWriter",
     "StormOptions",
     "StormSink",
+    "StormStateDataSource",
     "check_server",
     "deploy",
     "is_connect",
@@ -30,10 +32,10 @@ __all__ = [
 
 
 def register(spark: Any, *, check: bool = True) -> None:
-    """Register ``format("storm")`` on ``spark``, a classic or a Spark Connect session.
+    """Register ``format("storm")`` and ``read.format("storm_state")`` on ``spark``, a classic or a Connect session.
 
     Not needed when spark-storm was installed before Spark started, where Spark runs its
-    Python workers: Spark finds the ``pyspark_storm`` module by itself.  Needed after a
+    Python workers: Spark finds the ``pyspark_storm`` and ``pyspark_storm_state`` modules by itself.  Needed after a
     ``%pip install`` into a running session, and for a copy shipped with :func:`ship`.
 
     On a Spark Connect session the data source is registered for that session on the
@@ -49,3 +51,4 @@ def register(spark: Any, *, check: bool = True) -> None:
     if check and is_connect(spark):
         check_server(spark)
     spark.dataSource.register(StormDataSource)
+    spark.dataSource.register(StormStateDataSource)

@@ -92,13 +92,14 @@ def check_server(spark: Any) -> str:
 
 
 def package_zip(directory: str | Path | None = None) -> Path:
-    """Zip the installed spark-storm (``spark_storm/`` and ``pyspark_storm.py``) for ``addArtifacts``.
+    """Zip the installed spark-storm (``spark_storm/`` and the ``pyspark_storm*.py`` shims) for ``addArtifacts``.
 
     Spark Connect takes Python artifacts as ``.py``, ``.zip``, ``.egg`` or ``.jar`` only, so a
     wheel is not accepted as such; this zip holds the same files.  Returns its path (in
     ``directory``, default a new temporary one).
     """
     import pyspark_storm
+    import pyspark_storm_state
 
     package = Path(spark_storm.__file__).parent
     out = Path(directory or tempfile.mkdtemp(prefix="spark-storm-ship-")) / f"spark_storm-{spark_storm.__version__}.zip"
@@ -107,6 +108,7 @@ def package_zip(directory: str | Path | None = None) -> Path:
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 zf.write(path, Path("spark_storm") / path.relative_to(package))
         zf.write(str(pyspark_storm.__file__), "pyspark_storm.py")
+        zf.write(str(pyspark_storm_state.__file__), "pyspark_storm_state.py")
     return out
 
 

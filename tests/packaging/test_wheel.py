@@ -38,6 +38,7 @@ if not DIST or not _installed_from_wheel():
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_FILES = (
     "pyspark_storm.py",
+    "pyspark_storm_state.py",
     "spark_storm/defaults.yaml",
     "spark_storm/py.typed",
     "spark_storm/examples/corpus.txt",
@@ -94,7 +95,7 @@ def test_installed_files_come_from_the_wheel_not_the_checkout(tmp_path: Path) ->
     info = json.loads(out.stdout)
     assert "site-packages" in info["storm"]
     assert not info["storm"].startswith(str(ROOT / "spark_storm"))
-    assert info["found"] == ["pyspark_storm"]  # what Spark's data source lookup scans
+    assert info["found"] == ["pyspark_storm", "pyspark_storm_state"]  # what Spark's data source lookup scans
     expected = os.environ.get("SPARK_STORM_EXPECT_RUNTIME")  # e.g. "numpy==1.26.4 pyarrow==18.1.0"
     for pin in (expected or "").split():
         name, _, version = pin.lower().partition("==")

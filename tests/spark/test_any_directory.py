@@ -30,6 +30,6 @@ def test_format_storm_is_found_from_any_directory(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", JOB], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env, check=False
     )
-    assert "FOUND ['pyspark_storm']" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "FOUND ['pyspark_storm', 'pyspark_storm_state']" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
     # Our data source answered (it could not read the topology), not Spark's DATA_SOURCE_NOT_FOUND.
     assert "cannot read topology file '/no/such.yaml'" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
