@@ -199,3 +199,74 @@ def test_rebalance_executors_of_the_stateful_component_mid_stream_stays_exact(
     want = expected(batches)
     wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
     assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"
+
+
+def _committed(state: ClusterState) -> int:
+    return max((c.get("committed", 0) for c in checkpoints(state, NAME).values()), default=0)
+
+
+def _ledger_tasks(path: Path, tasks: int, name: str) -> Path:
+    """The ledger topology file with ``tasks`` ledger tasks (2 executors), written as ``name``."""
+    source = yaml.safe_load(path.read_text())
+    ledger = next(c for c in source["components"] if c["id"] == "ledger")
+    ledger["tasks"] = tasks
+    out = path.parent / name
+    out.write_text(yaml.safe_dump(source))
+    return out
+
+
+def test_keyed_state_rescaled_from_4_to_6_to_3_tasks_while_the_same_query_streams_ends_exact(
+    spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
+) -> None:
+    """Two kill --savepoint mid-stream, restored at 6 tasks and then at 3; the one query restarts from its checkpoint."""
+    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
+    for f, rows in batches.items():
+        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    base = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
+    daemons.nimbus()
+    daemons.supervisor(ports(2)).wait_for("offering")
+    submit(zk, base, 2)
+    running_workers(daemons, state, NAME, 2)
+    savepoint: str | None = None
+    for step, tasks in enumerate((6, 3)):
+        q = _query(spark, tmp_path, zk)
+        try:
+            reached = _committed(state)
+            wait_until(lambda: _committed(state) >= reached + 2, what="two more micro-batches committed", timeout=180)
+            args = ["kill", NAME, "--savepoint", str(tmp_path / "sp"), "--wait", "0", "--zookeeper", zk]
+            out = cli(*args, *sets(CLUSTER_FAST))
+            assert out.returncode == 0, out.stderr
+        finally:
+            q.stop()
+        found = re.search(r"at epoch \d+: (\S+)", out.stdout)
+        assert found is not None, out.stdout
+        savepoint = found.group(1)
+        print(f"step {step}: {out.stdout.strip()}")
+        wait_until(lambda: state.find_topology(NAME) is None, what="the killed topology removed", timeout=60)
+        path = _ledger_tasks(base, tasks, f"ledger-{tasks}.yaml")
+        up = cli(
+            "submit", str(path), "--workers", "2", "--zookeeper", zk, "--from-savepoint", savepoint, *sets(CLUSTER_FAST)
+        )
+        assert up.returncode == 0, up.stderr
+        running_workers(daemons, state, NAME, 2)
+    q = _query(spark, tmp_path, zk)  # the same query, from its checkpoint, to the end of its files
+    try:
+        q.awaitTermination(300)
+        assert q.exception() is None, q.exception()
+        assert not q.isActive, "the stream did not finish within 300s"
+    finally:
+        q.stop()
+    assignment = state.read_assignment(NAME)
+    assert assignment is not None
+    the_plan = assignment.plan(state.read_topology(NAME).topology())
+    assert len(the_plan.component_tasks["ledger"]) == 3
+    backend = EmbeddedBackend(NAME, tmp_path / "state")
+    got: dict[str, Any] = {}
+    for task in the_plan.component_tasks["ledger"]:
+        for key, value in backend.task_store(task).restore()[1].items():
+            assert key not in got, f"{key} is in two tasks' state"
+            got[key] = list(value)
+    want = expected(batches)
+    wrong = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+    assert not wrong, f"{len(wrong)} of {len(want)} keys wrong (got, want): {dict(list(wrong.items())[:5])}"
+    assert set(got) == set(want)
