@@ -28,7 +28,15 @@ from tests.support.ledger import ExactRun, expected, ledger_topology, rows_for
 pytestmark = pytest.mark.integration
 
 
-def _topology(tmp: Path, run: str, *, tasks: int = 4, bolt: str = "", savepoint: str | None = None) -> Path:
+def _topology(
+    tmp: Path,
+    run: str,
+    *,
+    tasks: int = 4,
+    bolt: str = "",
+    savepoint: str | None = None,
+    conf: dict[str, Any] | None = None,
+) -> Path:
     """The ledger topology in ``tmp/run``, with ``tasks`` ledger tasks, from ``savepoint`` if given."""
     where = tmp / run
     where.mkdir()
@@ -39,6 +47,7 @@ def _topology(tmp: Path, run: str, *, tasks: int = 4, bolt: str = "", savepoint:
     ledger["parallelism"] = min(2, tasks)
     if bolt:
         ledger["bolt"] = bolt
+    topo["conf"].update(conf or {})
     if savepoint is not None:
         topo["conf"]["topology.state.savepoint.path"] = savepoint
         topo["conf"]["topology.state.savepoint.restore.id"] = uuid.uuid4().hex
@@ -119,6 +128,27 @@ def test_keyed_state_rescales_from_four_tasks_to_six_and_then_to_three(tmp_path:
             print(f"{tasks} tasks: {len(state)} keys, exact: {state == expected(batches)}")
             assert state == expected(batches)
             first = run.cluster.savepoint(tmp_path / "savepoints")
+
+
+def test_a_ttl_turned_on_for_state_restored_from_a_savepoint_taken_without_one_expires_it(tmp_path: Path) -> None:
+    """Quix had to ship a migration for this: old keys have no write time; they get the first barrier's clock."""
+    batches: dict[int, list[list[Any]]] = {}
+    with Run(_topology(tmp_path, "plain"), batches) as run:
+        for batch in range(2):
+            run.feed(batch)
+            run.commit(batch)
+        taken = run.cluster.savepoint(tmp_path / "savepoints")
+    ttl = {"topology.state.ttl.ms": 1, "topology.state.ttl.clock": "processing"}
+    with Run(_topology(tmp_path, "ttl", savepoint=taken["path"], conf=ttl), batches) as run:
+        assert run.state() == expected(batches)  # restored whole: nothing expires before a barrier
+        run.commit(1)  # the first barrier: every restored key gets its clock as its write time
+        run.feed(2, n=10)  # ten keys written again; the rest were last written a barrier ago
+        run.commit(2)
+        touched = {key for key, _ in batches[2]}
+        answer = expected(batches)
+        state = run.state()
+        print(f"TTL on after the restore: {len(state)} of {len(answer)} keys left, {len(touched)} written again")
+        assert state == {k: answer[k] for k in touched}
 
 
 def test_the_rest_api_writes_a_savepoint_and_refuses_a_request_without_a_dir(tmp_path: Path) -> None:
