@@ -286,3 +286,43 @@ def test_workers_that_never_run_time_out_and_leave_nothing(spark: Any, tmp_path:
         deploy(spark, str(path), workers=1, conf=FAST_DEPLOY, timeout=40)
     wait_until(lambda: not _cmdlines_with("wcbroken"), what="wcbroken's processes to end", timeout=60, interval=0.2)
     assert not list(Path("/tmp").glob("spark-storm-zk-wcbroken-*")), "deploy()'s ZooKeeper directory is left"
+
+
+# ------------------------------------------------------------------ deploy(from_savepoint=...)
+def test_deploy_from_a_savepoint_starts_with_its_state_migrated(spark: Any, tmp_path: Path) -> None:
+    from spark_storm.state.files import EmbeddedBackend
+    from tests.support.ledger import Ledger, expected
+
+    (tmp_path / "v1").mkdir()
+    with Ledger(tmp_path / "v1") as run:
+        for batch in range(2):
+            run.feed(batch)
+            run.commit(batch)
+        taken = run.cluster.savepoint(tmp_path / "sp")
+        answer = expected(run.batches)
+        source = yaml.safe_load(run.topology.read_text())
+    next(c for c in source["components"] if c["id"] == "ledger")["bolt"] = (
+        "tests.integration.savepoint_bolts:LedgerBoltV2"
+    )
+    source["conf"]["topology.state.provider.config"] = {"dir": str(tmp_path / "v2-state")}
+    v2 = tmp_path / "ledger-v2.yaml"
+    v2.write_text(yaml.safe_dump(source))
+    with deploy(spark, str(v2), workers=1, from_savepoint=taken["path"], conf=FAST_DEPLOY) as topo:
+        the_plan = topo.plan()
+        assert the_plan is not None
+        backend = EmbeddedBackend("ledger", tmp_path / "v2-state")
+        got: dict[str, Any] = {}
+        for task in the_plan.component_tasks["ledger"]:
+            got.update(backend.task_store(task).restore()[1])
+        print(f"deployed from {taken['path']}: {len(got)} keys restored")
+        assert got == {k: {"count": c, "sum": s} for k, (c, s) in answer.items()}
+
+
+def test_deploy_from_a_savepoint_needs_a_topology_file_and_a_real_savepoint(spark: Any, tmp_path: Path) -> None:
+    from spark_storm.errors import SavepointError
+
+    with pytest.raises(ConfigError, match=r"^deploy\(from_savepoint=\.\.\.\) starts a topology from its file"):
+        deploy(spark, "wordcount", workers=1, from_savepoint=str(tmp_path))
+    with pytest.raises(SavepointError, match=r"^savepoint .*nothere does not exist; pass the directory"):
+        deploy(spark, str(wordcount(tmp_path, "wcfromsp")), workers=1, from_savepoint=str(tmp_path / "nothere"))
+    assert not _cmdlines_with("wcfromsp")
