@@ -178,6 +178,7 @@ TYPED: dict[str, Any] = {
     "iv": dt.timedelta(days=1, seconds=3),
     "arr": [1, 2, 3],
     "map": {"a": 1, "b": 2},
+    "time": dt.time(12, 30, 1, 5),
 }
 
 
@@ -200,6 +201,7 @@ def test_values_come_back_as_spark_types(spark: Any, tmp_path: Path, name: str) 
         "iv": "interval day to second",
         "arr": "array<bigint>",
         "map": "map<string,bigint>",
+        "time": "time(6)",
     }[name]
     assert df.schema["value"].dataType.simpleString() == want
     back = got["k1"]
