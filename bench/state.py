@@ -48,7 +48,10 @@ and a backpressure "off" sent meanwhile is lost: the sender holds those tasks' t
 for good and the topology stalls (seen in about one run in three of the stateless tuple
 wordcount fed without a window, on this machine under load).
 
-    python -m bench.state [--parts overhead,getput,recovery,hop,ttl] [--rounds 3] [--sentences 40000]
+(f) savepoints (issue 27): ``bench/savepoint.py`` over ``--savepoint-keys`` keys, its
+    figures printed as it goes: a savepoint written, restored, and restored rescaled.
+
+    python -m bench.state [--parts overhead,getput,recovery,hop,ttl,savepoint] [--rounds 3] [--sentences 40000]
                           [--words 6000000] [--vocabulary 0] [--keys 100000] [--kills 3] [--set KEY=VALUE]
                           [--ttl-keys 10000000] [--ttl-epoch 100000] [--ttl-epochs 5]
 """
@@ -972,6 +975,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttl-keys", type=int, default=10_000_000, help="distinct keys streamed through (e)")
     parser.add_argument("--ttl-epoch", type=int, default=100_000, help="operations (new keys) per epoch of (e)")
     parser.add_argument("--ttl-epochs", type=int, default=5, help="the TTL of (e)'s stream, in epochs")
+    parser.add_argument("--savepoint-keys", type=int, default=1_000_000, help="keys of (f)'s savepoint")
     args = parser.parse_args(argv)
     overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -988,8 +992,12 @@ def main(argv: list[str] | None = None) -> int:
             report += hops(args, overrides)
         elif part == "ttl":
             report += ttl(args)
+        elif part == "savepoint":  # bench/savepoint.py: a savepoint's write, restore and rescale
+            from bench import savepoint
+
+            savepoint.main(["--keys", str(args.savepoint_keys), "--rounds", str(args.rounds)])
         else:
-            parser.error(f"unknown part {part!r}: choose from overhead, getput, recovery, hop, ttl")
+            parser.error(f"unknown part {part!r}: choose from overhead, getput, recovery, hop, ttl, savepoint")
         report.append("")
     print(f"\nbench.state, load average {started} at the start, {uptime_load()} at the end")
     if overrides:
