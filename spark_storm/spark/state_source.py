@@ -344,25 +344,22 @@ def _task_store(opts: StateOptions, index: int) -> TaskStore | None:
     return FileTaskStore(index, directory)
 
 
-def _entries(opts: StateOptions, store: TaskStore | None) -> Iterator[Entry]:
-    """Yield the entries a read needs, oldest first: from the last full snapshot (or ``fromEpoch``) on.
+def _chosen(opts: StateOptions, store: TaskStore) -> list[int]:
+    """Return the epochs of the entries a read needs, oldest first: from the last full snapshot (or ``fromEpoch``) on.
 
     A change feed whose ``fromEpoch`` is older than what a task keeps starts at the task's
     oldest entry, a full snapshot (or epoch 1): it sums up every change before it.
     """
-    if store is None:
-        return
     epochs = [e for e in store.epochs() if e <= opts.epoch]
-    if opts.changes:
-        fulls = [e for e in store.fulls() if e <= opts.from_epoch]
-        first = max(opts.from_epoch, fulls[-1] if fulls else NO_EPOCH)
-        chosen = [e for e in epochs if e >= first]
-    else:
-        fulls = [e for e in store.fulls() if e <= opts.epoch]
-        chosen = [e for e in epochs if e >= (fulls[-1] if fulls else NO_EPOCH)]
+    if opts.changes:  # a task keeps entries from a full snapshot (or epoch 1) on: none is missing after fromEpoch
+        return [e for e in epochs if e >= opts.from_epoch]
+    fulls = [e for e in store.fulls() if e <= opts.epoch]
+    return [e for e in epochs if e >= (fulls[-1] if fulls else NO_EPOCH)]
+
+
+def _read_entry(opts: StateOptions, store: TaskStore, epoch: int) -> Entry:
     try:
-        for epoch in chosen:
-            yield store.read(epoch)
+        return store.read(epoch)
     except StateCorruptError as exc:
         msg = f"{opts.where()}: {exc}"
         raise (SavepointError(msg) if opts.root is not None else StateError(msg)) from exc
@@ -578,25 +575,36 @@ def _check_schema(schema: StructType, changes: bool) -> None:
 
 
 def _sample(opts: StateOptions) -> tuple[list[Any], list[Any]]:
-    """Keys and values (thawed) from each task's newest entries, up to ``sample`` per task (driver side)."""
+    """Return keys and values (thawed) the read will return, up to ``sample`` per task, newest first (driver side).
+
+    A snapshot read samples each key's latest value only (an older entry's is superseded);
+    a change feed samples every entry it returns.
+    """
     keys: list[Any] = []
     values: list[Any] = []
     for index in range(len(opts.tasks)):
         store = _task_store(opts, index)
-        if store is None:
+        if store is None or (opts.epoch == NO_EPOCH and not opts.changes):
             continue
         taken = 0
-        for epoch in sorted((e for e in store.epochs() if e <= opts.epoch), reverse=True):
-            entry = store.read(epoch)
+        seen: set[Any] = set()
+        for epoch in reversed(_chosen(opts, store)):
+            entry = _read_entry(opts, store, epoch)
+            if opts.changes:
+                keys.extend(thaw(k) for k in entry.deletes[: opts.sample])
+            else:
+                seen.update(entry.deletes)
             for key, value in entry.puts.items():
+                if key in seen:
+                    continue
+                if not opts.changes:
+                    seen.add(key)
                 keys.append(thaw(key))
                 values.append(value)
                 taken += 1
                 if taken >= opts.sample:
                     break
-            if opts.changes:
-                keys.extend(thaw(k) for k in entry.deletes[: max(0, opts.sample - taken)])
-            if taken >= opts.sample or entry.full:
+            if taken >= opts.sample:
                 break
     return keys, values
 
@@ -640,8 +648,10 @@ class StormStateReader(DataSourceReader):
         yield from self._batches(index, rows)
 
     def _changes(self, store: TaskStore | None) -> Iterator[tuple[Any, Any, int, str | None]]:
-        for entry in _entries(self.opts, store):
-            epoch = entry.epoch
+        if store is None:
+            return
+        for epoch in _chosen(self.opts, store):
+            entry = _read_entry(self.opts, store, epoch)
             for key, value in entry.puts.items():
                 yield key, value, epoch, "put"
             expired = set(entry.expired)
