@@ -205,6 +205,10 @@ def _committed(state: ClusterState) -> int:
     return max((c.get("committed", 0) for c in checkpoints(state, NAME).values()), default=0)
 
 
+def _wait_committed(state: ClusterState, epoch: int) -> None:
+    wait_until(lambda: _committed(state) >= epoch, what=f"epoch {epoch} committed", timeout=180)
+
+
 def _ledger_tasks(path: Path, tasks: int, name: str) -> Path:
     """The ledger topology file with ``tasks`` ledger tasks (2 executors), written as ``name``."""
     source = yaml.safe_load(path.read_text())
@@ -231,8 +235,7 @@ def test_keyed_state_rescaled_from_4_to_6_to_3_tasks_while_the_same_query_stream
     for step, tasks in enumerate((6, 3)):
         q = _query(spark, tmp_path, zk)
         try:
-            reached = _committed(state)
-            wait_until(lambda: _committed(state) >= reached + 2, what="two more micro-batches committed", timeout=180)
+            _wait_committed(state, _committed(state) + 2)
             args = ["kill", NAME, "--savepoint", str(tmp_path / "sp"), "--wait", "0", "--zookeeper", zk]
             out = cli(*args, *sets(CLUSTER_FAST))
             assert out.returncode == 0, out.stderr
