@@ -422,7 +422,11 @@ class Coordinator:
             if commit_first or behind or reason:
                 committed = self._checkpoint({}, True).epoch
             root, ident = new_savepoint_dir(parent, topology, committed)
-            root.mkdir(parents=True)
+            try:
+                root.mkdir(parents=True)
+            except OSError as exc:
+                msg = f"cannot create the savepoint directory {root}: {exc}; give a directory every worker writes to"
+                raise CheckpointError(msg) from exc
             answers = self._all(SAVEPOINT, {"dir": str(root), "epoch": committed}, self._timeout_s)
             epochs = {w: int(a["epoch"]) for w, a in answers.items() if a.get("stateful", True)}
             left = {w: int(a.get("uncommitted", 0)) for w, a in answers.items() if a.get("uncommitted")}

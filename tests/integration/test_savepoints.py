@@ -170,6 +170,14 @@ def test_the_rest_api_writes_a_savepoint_and_refuses_a_request_without_a_dir(tmp
             _post(run.base, "topology/ledger/savepoint", {})
         assert err.value.code == 400
         assert "wants JSON" in json.loads(err.value.read())["errorMessage"]
+        a_file = tmp_path / "a-file"
+        a_file.write_text("not a directory")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(run.base, "topology/ledger/savepoint", {"dir": str(a_file / "under")})
+        assert err.value.code == 502
+        message = json.loads(err.value.read())["errorMessage"]
+        assert "cannot create the savepoint directory" in message, message
+        assert "\n" not in message
 
 
 def _post(base: str, path: str, body: dict[str, Any]) -> Any:
