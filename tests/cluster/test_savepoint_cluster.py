@@ -257,8 +257,14 @@ def test_keyed_state_rescaled_from_4_to_6_to_3_tasks_while_the_same_query_stream
         q.awaitTermination(300)
         assert q.exception() is None, q.exception()
         assert not q.isActive, "the stream did not finish within 300s"
+        cps = checkpoints(state, NAME)
     finally:
         q.stop()
+    print(
+        f"at 3 tasks: committed {max(c.get('committed', 0) for c in cps.values())}, "
+        f"{max(c.get('rollbacks', 0) for c in cps.values())} rollback(s), "
+        f"{sum(c.get('replayed_records', 0) for c in cps.values())} records replayed"
+    )
     assignment = state.read_assignment(NAME)
     assert assignment is not None
     the_plan = assignment.plan(state.read_topology(NAME).topology())
