@@ -81,7 +81,6 @@ from spark_storm.reports import WorkerMetrics, metrics_endpoint, read_worker_met
 from spark_storm.spark.connect import is_connect
 from spark_storm.topology import Plan, Slot, Topology, load_topology, plan
 from spark_storm.topology.model import resolve_class
-from spark_storm.worker.checkpoint.seed import restore_for
 
 __all__ = ["Deployment", "DeploymentStatus", "deploy"]
 
@@ -1164,6 +1163,8 @@ def deploy(
                 f"not the name {name!r} of one already submitted"
             )
             raise ConfigError(msg)
+        from spark_storm.worker.checkpoint.seed import restore_for  # the writer alone loads no worker machinery
+
         restore = restore_for(from_savepoint, allow_unmatched_state)
         restore(loaded)  # checked now: a savepoint that does not fit starts nothing
     profile = _resource_profile(spark, cpus_per_worker)

@@ -156,6 +156,7 @@ class WorkerStatus:
     lease_age_s: float | None = None
     priority_age_s: float | None = None  # since a priority coordinator (a Spark driver) was last heard
     open_batch_idle_s: float | None = None  # a coordinated (Spark) batch is open: since a group of it came
+    prepared: int = 0  # the last epoch it answered PREPARE ready for, in its generation (0: none)
 
     @classmethod
     def of(cls, worker: str, body: Mapping[str, Any]) -> WorkerStatus:
@@ -176,6 +177,7 @@ class WorkerStatus:
                 lease_age_s=None if lease_age is None else float(lease_age),
                 priority_age_s=None if body.get("priority_age_s") is None else float(body["priority_age_s"]),
                 open_batch_idle_s=None if body.get("open_batch_idle_s") is None else float(body["open_batch_idle_s"]),
+                prepared=int(body.get("prepared", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"worker {worker}: a STATUS answer lacks or mangles {exc}"
@@ -232,6 +234,7 @@ class Coordinator:
         self._lock = threading.Lock()
         self.rounds = 0
         self.rollbacks = 0
+        self.rolled_forward = 0
 
     # --- one request to every worker, in parallel ---------------------------------------------
     def _all(self, op: int, body: Mapping[str, Any], timeout: float) -> dict[str, dict[str, Any]]:
@@ -309,6 +312,7 @@ class Coordinator:
                     return RoundResult(0, None, attempt, time.monotonic() - started, False)
                 committed = max(s.committed for s in statuses.values())
                 generation = max(s.generation for s in statuses.values())
+                committed = self._roll_forward(statuses, committed, generation)
                 dirty = [f"{s.worker}: {', '.join(s.reasons) or 'dirty'}" for s in statuses.values() if s.dirty]
                 # A barrier that went out without its commit (an earlier attempt failed half-way)
                 # left tasks past the committed epoch: they roll back too.
@@ -364,6 +368,33 @@ class Coordinator:
                     msg = f"no checkpoint after {failed_rounds} failed rounds: {last_error}"
                     raise CheckpointError(msg) from exc
                 time.sleep(min(2.0, 0.1 * failed_rounds) * (1 + random.random()))
+
+    def _roll_forward(self, statuses: Mapping[str, WorkerStatus], committed: int, generation: int) -> int:
+        """COMMIT an epoch every worker prepared, instead of rolling back below it; return the committed epoch.
+
+        Two-phase commit's rule: once every participant is prepared, the epoch may have been
+        committed somewhere (an earlier attempt's or another coordinator's COMMIT still in
+        flight, landing after this round read STATUS), so it is committed, never discarded.
+        Rolling it back would drop its entries on the workers whose COMMIT had not landed
+        while another worker committed it: that task could then never restore the epoch
+        (bench.chaos seed 1000 #71).  The COMMIT carries no batches: groups of a Spark batch
+        the epoch took in are kept, and recognised when the batch comes again.
+        """
+        top = max(s.epoch for s in statuses.values())
+        ready = all(
+            not s.dirty and s.generation == generation and s.prepared == top and s.committed >= top - 1
+            for s in statuses.values()
+        )
+        if top <= committed or not ready:
+            return committed
+        logger.warning(
+            "checkpoint: epoch %d was prepared by every worker and committed by %s: committing it (no rollback)",
+            top,
+            ", ".join(sorted(w for w, s in statuses.items() if s.committed >= top)) or "none yet",
+        )
+        self._all(COMMIT, {"epoch": top, "batches": {}}, self._request_timeout_s)
+        self.rolled_forward += 1
+        return top
 
     # --- a savepoint ----------------------------------------------------------------------------------
     def savepoint(
@@ -444,7 +475,7 @@ class Coordinator:
         msg = f"no savepoint of {topology!r} after {attempts} attempts: {reason}"
         raise CheckpointError(msg)
 
-    # --- a rollback's two steps (a round runs them; an operator or a test may too) -------------------
+    # --- a round's steps (a round runs them; an operator or a test may too) ----------------------------
     def pause(self, generation: int) -> None:
         """PAUSE every worker at ``generation``: executors idle, in-flight work dropped (no RESUME yet)."""
         self._all(PAUSE, {"generation": generation}, self._request_timeout_s)
@@ -452,6 +483,20 @@ class Coordinator:
     def resume(self, epoch: int, generation: int) -> None:
         """RESUME every worker paused at ``generation`` from committed epoch ``epoch`` (their logs replay)."""
         self._all(RESUME, {"epoch": epoch, "generation": generation}, self._request_timeout_s)
+
+    def prepare(self, epoch: int, generation: int) -> dict[str, dict[str, Any]]:
+        """PREPARE ``epoch`` on every worker (a round's first phase alone); return their answers."""
+        return self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
+
+    def commit(self, epoch: int, batches: Mapping[str, int], workers: set[str] | None = None) -> None:
+        """COMMIT ``epoch`` on every worker, or on ``workers`` only (a COMMIT that reached some of them)."""
+        endpoints = self._endpoints
+        if workers is not None:
+            self._endpoints = lambda: {w: e for w, e in endpoints().items() if w in workers}
+        try:
+            self._all(COMMIT, {"epoch": epoch, "batches": dict(batches)}, self._request_timeout_s)
+        finally:
+            self._endpoints = endpoints
 
     def rollback(self, committed: int, generation: int, reasons: list[str]) -> None:
         """Roll every worker back to ``committed`` as ``generation``: PAUSE everywhere, then RESUME."""

@@ -348,3 +348,33 @@ def test_when_a_spark_batch_is_left_open_past_the_hold_the_interval_rounds_commi
         run.feed(1)  # the query restarts from its checkpoint: batch 1 again, the same rows
         run.commit(1)
         assert run.state() == expected(run.batches)  # counted once
+
+
+def test_an_epoch_every_worker_prepared_is_committed_by_the_next_round_not_rolled_back(tmp_path: Path) -> None:
+    """bench.chaos seed 1000 #71: a COMMIT still in flight when the next round read STATUS.
+
+    That round saw epoch E prepared everywhere and committed nowhere, and rolled back to E - 1:
+    the workers it reached first dropped E's entries, then the late COMMIT made E committed on
+    another worker, and the tasks that had dropped E could never restore it (every later round
+    refused).  Now an epoch every worker prepared is committed (two-phase commit's rule), and a
+    late COMMIT of it is a no-op.
+    """
+    with Ledger(tmp_path) as run:
+        run.feed(0)
+        run.commit(0)
+        run.feed(1)
+        generation = max(s.generation for s in run.coordinator.status().values())
+        answers = run.coordinator.prepare(2, generation)  # the first phase of a round that then died
+        assert all(not a["dirty"] for a in answers.values()), answers
+        assert {s.prepared for s in run.coordinator.status().values()} == {2}
+        result = run.commit(1)
+        print(f"next round: epoch {result.epoch}, rollback to {result.rolled_back_to}")
+        assert result.rolled_back_to is None
+        assert run.coordinator.rolled_forward == 1
+        assert result.epoch == 3
+        first = str(run.cluster.slots[0])
+        run.coordinator.commit(2, {}, workers={first})  # the dead round's COMMIT, landing late
+        assert run.state() == expected(run.batches)
+        run.feed(2)
+        assert run.commit(2).rolled_back_to is None
+        assert run.state() == expected(run.batches)

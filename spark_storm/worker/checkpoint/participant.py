@@ -98,6 +98,9 @@ class CheckpointManager:
         self.dirty_reasons: list[str] = []
         self._stores: dict[int, TaskStore] = {}
         self._prepared: dict[int, int] = {}
+        #: The epoch of the last PREPARE this worker answered ready (not dirty), and its generation:
+        #: STATUS reports it, so a coordinator can tell an epoch every worker prepared (roll forward).
+        self._ready: tuple[int, int] = (NO_EPOCH, -1)
         self._failed: dict[int, str] = {}
         self._requests = threading.Lock()  # mutating requests run one at a time
         self._lost_seen: dict[Any, int] = {}  # messages each client connection counted lost, at the last PREPARE
@@ -314,6 +317,7 @@ class CheckpointManager:
                 "stateful": True,
                 "epoch": self.epoch,
                 "committed": self.committed,
+                "prepared": self._ready[0] if self._ready[1] == self.generation else NO_EPOCH,
                 "generation": self.generation,
                 "dirty": bool(self.dirty_reasons),
                 "reasons": list(self.dirty_reasons),
@@ -458,7 +462,9 @@ class CheckpointManager:
                         msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
                         raise CheckpointError(msg)
                     if all(self._prepared.get(t, NO_EPOCH) >= epoch for t in stateful):
-                        return {"epoch": epoch, "dirty": bool(self.dirty_reasons), "generation": generation}
+                        if (generation, epoch) > (self._ready[1], self._ready[0]):  # under _cond
+                            self._ready = (epoch, generation)
+                        return {"epoch": epoch, "dirty": False, "generation": generation}
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         late = [t for t in stateful if self._prepared.get(t, NO_EPOCH) < epoch]
