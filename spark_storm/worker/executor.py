@@ -111,6 +111,8 @@ class Executor:
         self.queue.wake()
 
     def join(self, timeout: float) -> None:
+        if self._thread.ident is None:  # never started: a worker stopped because its start failed
+            return
         self._thread.join(timeout)
 
     @property

@@ -65,6 +65,28 @@ def test_a_bad_setting_is_one_line_naming_the_key(tmp_path: Path, setting: str, 
     assert "Traceback" not in out.stderr
 
 
+def test_a_worker_port_in_use_is_one_line_and_the_worker_stops_in_order(tmp_path: Path) -> None:
+    """bench.chaos seed 1000 #35: the failed start's stop joined executor threads never started (a RuntimeError)."""
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(TOPOLOGY)
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        cmd = [sys.executable, "-m", "spark_storm.cli", "worker", "--topology", str(topo), "--port", str(port)]
+        cmd += ["--workers", f"127.0.0.1:{port}", "--set", f"worker.heartbeat.dir={tmp_path}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith(f"spark-storm: cannot bind config to 127.0.0.1:{port}"), out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_free_ports_come_from_below_the_kernels_ephemeral_range() -> None:
+    """An outgoing connection never takes them between the pick and the listener's bind (seed 1000 #35)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(8)
+    assert len(set(ports)) == 8
+    assert all(p < low for p in ports), (ports, low)
+
+
 def test_a_metrics_port_in_use_and_a_broken_bolt_module_are_one_line_too(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as busy:
         out = _worker(tmp_path, f"topology.worker.metrics.port={busy.getsockname()[1]}")
