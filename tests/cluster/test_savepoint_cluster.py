@@ -162,6 +162,13 @@ def test_rebalance_executors_of_the_stateful_component_mid_stream_stays_exact(
             what="three micro-batches committed",
             timeout=180,
         )
+        taken = cli("savepoint", NAME, "--dir", str(tmp_path / "live"), "--zookeeper", zk, *sets(CLUSTER_FAST))
+        assert taken.returncode == 0, taken.stderr  # the topology keeps running: a fork point
+        found = re.search(r"savepoint of \S+ at epoch (\d+): (\S+)", taken.stdout)
+        assert found is not None, taken.stdout
+        live = Savepoint.open(found.group(2), topology=NAME)
+        assert live.manifest.epoch == int(found.group(1)) >= 3
+        assert live.manifest.components["ledger"].tasks == 4
         bad = cli("rebalance", NAME, "-e", "ledger=5", "--zookeeper", zk, *sets(CLUSTER_FAST))
         assert bad.returncode == 2, bad.stderr
         assert "executors must be 1 .. 4" in bad.stderr, bad.stderr
