@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
-
-from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import StormError
 from spark_storm.reports import WorkerMetrics
 from spark_storm.spark.deploy import Deployment
+from spark_storm.spark.progress import Sent
 from spark_storm.topology import Plan, Slot, Topology, parse_slots, plan
 
 __all__ = [
@@ -43,43 +41,6 @@ _T = TypeVar("_T")
 
 #: Every demo query's trigger, in seconds.
 TRIGGER_S = 1.0
-
-
-class Sent(StreamingQueryListener):
-    """Counts the rows of every micro-batch of one query (``recentProgress`` keeps only 100)."""
-
-    def __init__(self) -> None:
-        self.query_id: str | None = None
-        self.rows = 0
-        self.batches = 0
-        self.slow = 0  # micro-batches that took longer than the trigger interval
-        self.last_ms = 0
-        self.last_batch_id = -1  # the newest micro-batch reported, with rows or without
-        self._lock = threading.Lock()
-
-    def onQueryStarted(self, event: Any) -> None:
-        return None
-
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        if str(progress.id) != self.query_id:
-            return
-        with self._lock:
-            self.last_batch_id = max(self.last_batch_id, int(progress.batchId))
-        if not progress.numInputRows:
-            return
-        took = int(progress.durationMs.get("triggerExecution", 0))
-        with self._lock:
-            self.rows += int(progress.numInputRows)
-            self.batches += 1
-            self.last_ms = took
-            self.slow += int(took > TRIGGER_S * 1000)
-
-    def onQueryIdle(self, event: Any) -> None:
-        return None
-
-    def onQueryTerminated(self, event: Any) -> None:
-        return None
 
 
 class Hosted:

@@ -249,7 +249,7 @@ def run_windows_demo(
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     printer = _Printer(work / "windows.jsonl")
     query = spark = None
-    listener = Sent()
+    listener = Sent(TRIGGER_S)
     killed = False
     between = True
     start_ms = int(time.time()) * 1000

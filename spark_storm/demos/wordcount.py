@@ -179,7 +179,7 @@ def run_demo(
     cluster = LocalCluster(str(topo_path), workers, work_dir=work / "workers")
     ui = serve_local_ui(cluster.heartbeat_dir, default_config(), any_port_if_busy=True)
     query = spark = None
-    listener = Sent()
+    listener = Sent(TRIGGER_S)
     killed = False
     between = True
     exact: Counter[str] | None = None
@@ -265,7 +265,7 @@ def _run_on_spark(
     print(f"starting Spark ({master}) with {workers} workers of the {kind} wordcount topology as its tasks ...")
     spark = local_session("spark-storm-demo", master=master, quiet=not verbose)
     query = None
-    listener = Sent()
+    listener = Sent(TRIGGER_S)
     killed = False
     between = True
     exact: Counter[str] | None = None

@@ -159,8 +159,14 @@ class InProcessPystormBolt(Bolt):
             logger.error("pystorm bolt %s: %s raised on %r", self.name, type(bolt).__name__, tup, exc_info=exc)
             try:
                 bolt._handle_run_exception(exc)
-            except Exception:
-                logger.exception("pystorm bolt %s: handling that exception raised too", self.name)
+            except Exception as again:  # the bolt is rebuilt below either way; say what its handler raised
+                logger.error(
+                    "pystorm bolt %s: handling that exception raised too: %s: %s",
+                    self.name,
+                    type(again).__name__,
+                    again,
+                    exc_info=again,
+                )
             self.collector.report_error(f"pystorm bolt {self.name}: {type(exc).__name__}: {exc}")
             if getattr(bolt, "exit_on_exception", True):
                 self.rebuilds += 1  # a child would exit here and be started again: so does its state

@@ -652,8 +652,14 @@ class Deployment:
                 self._watch_once()
             except (ZooKeeperUnavailableError, ClusterError) as exc:
                 logger.warning("deployment of %s: check failed (%s); checking again", self.name, exc)
-            except Exception:
-                logger.exception("deployment of %s: check failed; checking again", self.name)
+            except Exception as exc:  # a bug in one check must not end the monitor: say it, check again
+                logger.error(
+                    "deployment of %s: check failed (%s: %s); checking again",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=exc,
+                )
 
     def _watch_once(self) -> None:
         state = self._state()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from spark_storm.errors import ConfigError, StateCorruptError, StateUnavailableError
@@ -54,6 +54,13 @@ def _reachable(address: str, what: str) -> Iterator[None]:
     except redis.exceptions.TimeoutError as exc:
         msg = f"{what}: Redis at {address} did not answer in time ({exc})"
         raise StateUnavailableError(msg) from exc
+
+
+def _read_origin(client: Any, key: str, guard: Callable[[], contextlib.AbstractContextManager[None]]) -> str | None:
+    """Return the restore id stored at ``<key>origin`` (None: none), for a task store and an input log alike."""
+    with guard():
+        raw = client.get(key + "origin")
+    return None if raw is None else bytes(raw).decode()
 
 
 class _RedisTaskStore(TaskStore):
@@ -131,9 +138,7 @@ class _RedisTaskStore(TaskStore):
         return bytes(data)
 
     def origin(self) -> str | None:
-        with self._guard():
-            raw = self._r.get(self._key + "origin")
-        return None if raw is None else bytes(raw).decode()
+        return _read_origin(self._r, self._key, self._guard)
 
     def set_origin(self, origin: str) -> None:
         with self._guard():
@@ -253,9 +258,7 @@ class _RedisInputLog(InputLog):
         self._prune_kept()
 
     def origin(self) -> str | None:
-        with self._guard():
-            raw = self._r.get(self._key + "origin")
-        return None if raw is None else bytes(raw).decode()
+        return _read_origin(self._r, self._key, self._guard)
 
     def set_origin(self, origin: str) -> None:
         with self._guard():

@@ -55,6 +55,22 @@ def _query(spark: Any, tmp: Path, zk: str) -> Any:
     )
 
 
+def _files(tmp: Path) -> dict[int, list[list[Any]]]:
+    """The stream's input: FILES json files of PER_FILE ledger rows in ``tmp/src``; returns the rows by file."""
+    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
+    for f, rows in batches.items():
+        write_json_rows(tmp / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    return batches
+
+
+def _running(daemons: Daemons, state: ClusterState, zk: str, topology: Path) -> None:
+    """A nimbus, a supervisor of two slots, and ``topology`` submitted and running on both."""
+    daemons.nimbus()
+    daemons.supervisor(ports(2)).wait_for("offering")
+    submit(zk, topology, 2)
+    running_workers(daemons, state, NAME, 2)
+
+
 def _accepted(state: ClusterState) -> int:
     return sum(int(health(state, NAME, slot)["counters"]["source_tuples_in"]) for slot in state.read_heartbeats(NAME))
 
@@ -62,9 +78,7 @@ def _accepted(state: ClusterState) -> int:
 def test_kill_with_a_savepoint_then_an_upgraded_bolt_and_the_same_query_end_exact(
     spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
 ) -> None:
-    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
-    for f, rows in batches.items():
-        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    batches = _files(tmp_path)
     v1 = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
     source = yaml.safe_load(v1.read_text())
     next(c for c in source["components"] if c["id"] == "ledger")["bolt"] = (
@@ -72,10 +86,7 @@ def test_kill_with_a_savepoint_then_an_upgraded_bolt_and_the_same_query_end_exac
     )
     v2 = tmp_path / "ledger-v2.yaml"
     v2.write_text(yaml.safe_dump(source))
-    daemons.nimbus()
-    daemons.supervisor(ports(2)).wait_for("offering")
-    submit(zk, v1, 2)
-    running_workers(daemons, state, NAME, 2)
+    _running(daemons, state, zk, v1)
 
     q = _query(spark, tmp_path, zk)
     try:
@@ -147,14 +158,9 @@ def test_rebalance_executors_of_the_stateful_component_mid_stream_stays_exact(
     spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
 ) -> None:
     """``spark-storm rebalance -e ledger=4``: the ledger's 4 tasks go from 2 executors to 4, live, exact."""
-    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
-    for f, rows in batches.items():
-        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    batches = _files(tmp_path)
     topo = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
-    daemons.nimbus()
-    daemons.supervisor(ports(2)).wait_for("offering")
-    submit(zk, topo, 2)
-    running_workers(daemons, state, NAME, 2)
+    _running(daemons, state, zk, topo)
     q = _query(spark, tmp_path, zk)
     try:
         wait_until(
@@ -230,14 +236,9 @@ def test_keyed_state_rescaled_from_4_to_6_to_3_tasks_while_the_same_query_stream
     spark: Any, daemons: Daemons, state: ClusterState, zk: str, tmp_path: Path
 ) -> None:
     """Two kill --savepoint mid-stream, restored at 6 tasks and then at 3; the one query restarts from its checkpoint."""
-    batches = {f: rows_for(f, PER_FILE) for f in range(FILES)}
-    for f, rows in batches.items():
-        write_json_rows(tmp_path / "src", [{"key": k, "n": n} for k, n in rows], files=1, prefix=f"part{f:03d}-")
+    batches = _files(tmp_path)
     base = ledger_topology(tmp_path, name=NAME, conf={"ledger.delay.s": 0.01})
-    daemons.nimbus()
-    daemons.supervisor(ports(2)).wait_for("offering")
-    submit(zk, base, 2)
-    running_workers(daemons, state, NAME, 2)
+    _running(daemons, state, zk, base)
     savepoint: str | None = None
     for step, tasks in enumerate((6, 3)):
         q = _query(spark, tmp_path, zk)
