@@ -88,9 +88,6 @@ class TaskStore(abc.ABC):
     def restore(self, target: int | None = None) -> tuple[int, dict[Any, Any]]:
         """Return (epoch, state) at ``target`` (default: the committed epoch), from the last snapshot on.
 
-        Every barrier writes an entry for every stateful task, so the entries from the last
-        full snapshot (or epoch 1) up to ``target`` must all be there.
-
         Raises
         ------
         StateCorruptError
@@ -98,6 +95,26 @@ class TaskStore(abc.ABC):
         """
         if target is None:
             target = self.committed()
+        data: dict[Any, Any] = {}
+        for entry in self.chain(target):
+            if entry.full:
+                data = dict(entry.puts)
+                continue
+            data.update(entry.puts)
+            for key in entry.deletes:
+                data.pop(key, None)
+        return target, data
+
+    def chain(self, target: int) -> list[Entry]:
+        """Return the entries a restore of ``target`` reads, oldest first: its last full snapshot (or epoch 1) on.
+
+        Every barrier writes an entry for every stateful task, so they must all be there.
+
+        Raises
+        ------
+        StateCorruptError
+            An entry is unreadable, or entries the target needs are missing.
+        """
         epochs = [e for e in self.epochs() if e <= target]
         entries: list[Entry] = []
         for epoch in reversed(epochs):  # newest first, back to the last full snapshot
@@ -116,15 +133,7 @@ class TaskStore(abc.ABC):
                 "hosts needs topology.state.provider: redis)"
             )
             raise StateCorruptError(msg)
-        data: dict[Any, Any] = {}
-        for entry in entries:
-            if entry.full:
-                data = dict(entry.puts)
-                continue
-            data.update(entry.puts)
-            for key in entry.deletes:
-                data.pop(key, None)
-        return target, data
+        return entries
 
     def discard_after(self, epoch: int) -> None:
         """Drop entries after ``epoch`` (a rollback to it)."""

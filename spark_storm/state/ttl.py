@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from spark_storm.state.backend import TaskStore
-    from spark_storm.state.format import Entry
 
 __all__ = ["TtlRestore", "restore_with_ttl"]
 
@@ -35,23 +34,12 @@ class TtlRestore(NamedTuple):
 def restore_with_ttl(store: TaskStore, target: int | None = None) -> tuple[int, dict[Any, Any], TtlRestore]:
     """Return (epoch, state, TTL bookkeeping) at ``target`` (default: the committed epoch).
 
-    The values are what ``store.restore(target)`` returns; entries that are missing or
-    unreadable fail as it fails (StateCorruptError naming the task and the fix).
+    The values are what ``store.restore(target)`` returns, from the same entries
+    (``store.chain``); missing or unreadable ones fail as it fails.
     """
     if target is None:
         target = store.committed()
-    epochs = [e for e in store.epochs() if e <= target]
-    entries: list[Entry] = []
-    for epoch in reversed(epochs):  # newest first, back to the last full snapshot
-        entry = store.read(epoch)
-        entries.append(entry)
-        if entry.full:
-            break
-    entries.reverse()
-    first = entries[0].epoch if entries and entries[0].full else 1
-    if set(range(first, target + 1)) - {e.epoch for e in entries}:
-        epoch, values = store.restore(target)  # raises, naming what is missing
-        return epoch, values, TtlRestore({}, {}, None)
+    entries = store.chain(target)  # StateCorruptError naming what is missing, as restore() says it
     data: dict[Any, Any] = {}
     written: dict[Any, int] = {}
     ttls: dict[Any, int] = {}
