@@ -237,8 +237,10 @@ class Coordinator:
         self.rolled_forward = 0
 
     # --- one request to every worker, in parallel ---------------------------------------------
-    def _all(self, op: int, body: Mapping[str, Any], timeout: float) -> dict[str, dict[str, Any]]:
-        endpoints = dict(self._endpoints())
+    def _all(
+        self, op: int, body: Mapping[str, Any], timeout: float, only: set[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        endpoints = {w: e for w, e in self._endpoints().items() if only is None or w in only}
         if not endpoints:
             msg = "no workers to checkpoint (the plan names none)"
             raise CheckpointError(msg)
@@ -490,13 +492,7 @@ class Coordinator:
 
     def commit(self, epoch: int, batches: Mapping[str, int], workers: set[str] | None = None) -> None:
         """COMMIT ``epoch`` on every worker, or on ``workers`` only (a COMMIT that reached some of them)."""
-        endpoints = self._endpoints
-        if workers is not None:
-            self._endpoints = lambda: {w: e for w, e in endpoints().items() if w in workers}
-        try:
-            self._all(COMMIT, {"epoch": epoch, "batches": dict(batches)}, self._request_timeout_s)
-        finally:
-            self._endpoints = endpoints
+        self._all(COMMIT, {"epoch": epoch, "batches": dict(batches)}, self._request_timeout_s, workers)
 
     def rollback(self, committed: int, generation: int, reasons: list[str]) -> None:
         """Roll every worker back to ``committed`` as ``generation``: PAUSE everywhere, then RESUME."""
