@@ -19,7 +19,7 @@ from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import StormError
 from spark_storm.reports import WorkerMetrics
-from spark_storm.spark.deploy import Deployment
+from spark_storm.spark.deployment import Deployment
 from spark_storm.spark.progress import Sent
 from spark_storm.topology import Plan, Slot, Topology, parse_slots, plan
 

@@ -43,7 +43,7 @@ from spark_storm.demos.scaffold import (
     logs_line,
     wind_down,
 )
-from spark_storm.spark.deploy import deploy
+from spark_storm.spark.deployment import deploy
 from spark_storm.spark.session import local_session
 from spark_storm.topology import load_topology
 from spark_storm.ui import serve_local_ui

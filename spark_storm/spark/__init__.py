@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_storm.spark.connect import ServerPackageError, check_server, is_connect, ship
 from spark_storm.spark.datasource import StormDataSource
-from spark_storm.spark.deploy import Deployment, DeploymentStatus, deploy
 from spark_storm.spark.foreach import StormForeachWriter, storm_foreach
 from spark_storm.spark.options import StormOptions
 from spark_storm.spark.sink import StormSink, storm_sink
 from spark_storm.spark.state_source import StormStateDataSource
+
+if TYPE_CHECKING:
+    from spark_storm.spark.deployment import Deployment, DeploymentStatus, deploy
 
 __all__ = [
     "Deployment",
@@ -29,6 +31,26 @@ __all__ = [
     "storm_foreach",
     "storm_sink",
 ]
+
+#: deploy() runs ZooKeeper and nimbus (the ``cluster`` extra, kazoo): imported when first used, so
+#: format("storm") and format("storm_state"), which Spark's Python workers import, need only ``spark``.
+_DEPLOY_NAMES = frozenset({"Deployment", "DeploymentStatus", "deploy"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEPLOY_NAMES:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    try:
+        from spark_storm.spark import deployment
+    except ModuleNotFoundError as exc:
+        from spark_storm.extras import missing_extra
+
+        error = missing_extra(exc, "spark_storm.spark.deploy()")
+        if error is None:
+            raise
+        raise error from exc
+    return getattr(deployment, name)
 
 
 def register(spark: Any, *, check: bool = True) -> None:

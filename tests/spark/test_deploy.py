@@ -20,7 +20,7 @@ import yaml
 from spark_storm.errors import ConfigError, DeployError
 from spark_storm.netutil import free_ports
 from spark_storm.spark import deploy
-from spark_storm.spark.deploy import state_check
+from spark_storm.spark.deployment import state_check
 from spark_storm.topology import load_topology
 from tests.support import ROOT, wait_until, wordcount
 from tests.support.cluster import alive

@@ -16,7 +16,7 @@ from typing import Any
 
 from spark_storm.cluster.hosted import parse_supervisor_id
 from spark_storm.cluster.state import ClusterState
-from spark_storm.spark.deploy import Deployment
+from spark_storm.spark.deployment import Deployment
 from tests.support import ROOT, wait_until
 from tests.support.cluster import alive, health
 

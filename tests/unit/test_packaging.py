@@ -72,3 +72,26 @@ def test_each_optional_module_names_its_extra_in_one_line() -> None:
     assert isinstance(error, ImportError)
     assert str(error) == "spark-storm nimbus needs 'kazoo', which is not installed: pip install 'spark-storm[cluster]'"
     assert missing_extra(ModuleNotFoundError("x", name="json")) is None
+
+
+def test_format_storm_imports_without_the_cluster_extra_and_deploy_names_it() -> None:
+    # Spark's Python workers import pyspark_storm with only the `spark` extra installed; deploy()
+    # needs kazoo and says so in one line when it is used.
+    code = (
+        "import sys\n"
+        "sys.modules['kazoo'] = None\n"
+        "import pyspark_storm, pyspark_storm_state, spark_storm.spark as s\n"
+        "assert 'spark_storm.cluster.state' not in sys.modules\n"
+        "try:\n"
+        "    s.deploy\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        "MissingExtraError spark_storm.spark.deploy() needs 'kazoo', which is not installed: "
+        "pip install 'spark-storm[cluster]'"
+    )
