@@ -9,7 +9,7 @@ within the windows' 5 s lag: no event is late (checked: the window metrics of /h
 count none late and some windows fired).  Windowed bolts are stateful: ``embedded`` state
 (the default provider, a temporary folder per run) checkpointed by the worker's own interval
 coordinator every ``topology.state.checkpoint.interval.ms`` (1000, the default for plain
-clients); a stateful topology also logs what its source tasks accept (docs/state.md).
+clients); a stateful topology also logs what its source tasks accept (docs/design/state.md).
 
 (a) tuple windows (msgpack tuples, one per message, sent in sends of 1000), best of --rounds,
     sides interleaved per round:

@@ -259,7 +259,7 @@ class WindowMetrics(TypedDict):
 
 
 class StateMetrics(TypedDict):
-    """A stateful executor's state (docs/state.md): its keys, checkpoints, restores and rollbacks."""
+    """A stateful executor's state (docs/design/state.md): its keys, checkpoints, restores and rollbacks."""
 
     stateful: bool
     keys: int
@@ -287,7 +287,7 @@ class ExecutorMetrics(TypedDict):
 
 
 class CheckpointMetrics(TypedDict):
-    """A worker's view of the checkpoint protocol (docs/state.md)."""
+    """A worker's view of the checkpoint protocol (docs/design/state.md)."""
 
     worker: str
     stateful: bool

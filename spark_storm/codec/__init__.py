@@ -6,7 +6,7 @@ share it, and importing it loads no worker machinery.
 * :mod:`~spark_storm.codec.tuples` — :class:`Tuple`, :class:`TupleSource`, reserved ids;
 * :mod:`~spark_storm.codec.columnar` — :class:`ColumnarBatch` and Arrow helpers;
 * :mod:`~spark_storm.codec.serializer` — values <-> bytes (msgpack with Spark's types);
-* :mod:`~spark_storm.codec.payloads` — the byte layouts (docs/protocol.md, "Tuple payloads");
+* :mod:`~spark_storm.codec.payloads` — the byte layouts (docs/reference/protocol.md, "Tuple payloads");
 * :mod:`~spark_storm.codec.encoder` — :class:`Encoder`: anything -> messages that fit a frame;
 * :mod:`~spark_storm.codec.decoder` — :class:`SourceDecoder`, :class:`BoltDecoder`.
 """

@@ -111,7 +111,7 @@ class BoltDecoder:
         WireFormatError for a task or stream the topology does not have).
     generation : callable, optional
         The receiving worker's generation: payloads of an older one are dropped (counted
-        in :attr:`stale`): a rollback made them void (docs/state.md).
+        in :attr:`stale`): a rollback made them void (docs/design/state.md).
     on_stale : callable, optional
         Told about each dropped tuple list or batch (the worker fails their trees, so the
         sender's delivery groups end now instead of at the message timeout).

@@ -119,7 +119,7 @@ class Encoder:
         self.serializer = serializer
         self.max_payload_bytes = max_payload_bytes
         self._split_anchors = split_anchors
-        #: The generation bolt payloads carry (docs/state.md); the worker keeps it current.
+        #: The generation bolt payloads carry (docs/design/state.md); the worker keeps it current.
         self.generation = 0
 
     # --- to source tasks (clients) --------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tuple payloads on the wire (documented in docs/protocol.md, "Tuple payloads").
+"""Tuple payloads on the wire (documented in docs/reference/protocol.md, "Tuple payloads").
 
 The messaging layer treats payloads as opaque; these are the byte layouts of the codec
 (:mod:`spark_storm.codec.encoder` and :mod:`~spark_storm.codec.decoder` decide which to use):
@@ -19,7 +19,7 @@ The messaging layer treats payloads as opaque; these are the byte layouts of the
 
 Bolt payloads carry the sender's *generation* (the tuple batch form as a fifth element):
 after a rollback, whatever the old generation still had in flight is dropped on arrival
-(docs/state.md).  A payload without one is generation 0.
+(docs/design/state.md).  A payload without one is generation 0.
 """
 
 from __future__ import annotations

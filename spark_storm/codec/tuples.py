@@ -149,7 +149,7 @@ class Tuple(FromSource):
 class Barrier:
     """Checkpoint barrier ``epoch`` from ``source_task`` (-1: injected at a source task), in generation ``generation``.
 
-    Everything a task sent before its barrier belongs to the epoch (docs/state.md); a
+    Everything a task sent before its barrier belongs to the epoch (docs/design/state.md); a
     barrier travels behind that data in every queue and connection, and weighs nothing.
     """
 

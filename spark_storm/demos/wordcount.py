@@ -6,7 +6,7 @@ Everything is embedded: Spark ``local[2]``, a rate source mapped onto a bundled 
 with ``--arrow``.  Progress is printed every second: rows Spark sent (counted from every
 micro-batch by a query listener), tuples per second per bolt, queue depth and whether
 Spark's micro-batches keep up with the trigger.  The ``count`` bolt keeps its counts in
-checkpointed state (docs/state.md), committed with each micro-batch; ``--kill-worker``
+checkpointed state (docs/design/state.md), committed with each micro-batch; ``--kill-worker``
 SIGKILLs a worker half-way and restarts it, as a supervisor would.  At the end: the top
 words from the committed state, the check that every row sent was processed (when no
 worker was killed: a killed worker's input is replayed), and ``counts exact: OK`` when

@@ -8,7 +8,7 @@ Component conf: ``kafka.bootstrap`` (``host:port,...``, required), ``kafka.topic
   record and failed when the send failed, so under ``delivery=processed`` a group is only
   PROCESSED once its results are in Kafka.
 * :class:`KafkaExactResultBolt` — exactly-once with an idempotent reader: a stateful bolt
-  (docs/state.md) that keeps each epoch's records in its checkpointed state and writes
+  (docs/design/state.md) that keeps each epoch's records in its checkpointed state and writes
   them only once the epoch is committed, each with an id ``"<epoch>-<task>-<n>"`` in the
   record's ``_id`` field.  A record is never written from an epoch a rollback undid; after
   a crash between the write and the next checkpoint, the same records are written again

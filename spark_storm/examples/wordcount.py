@@ -49,7 +49,7 @@ class CountBolt(Bolt):
 
 
 class StatefulCountBolt(StatefulBolt):
-    """word -> (word, running count), counts in checkpointed state: exact through failures (docs/state.md)."""
+    """word -> (word, running count), counts in checkpointed state: exact through failures (docs/design/state.md)."""
 
     def init_state(self, state: KeyValueState) -> None:
         self.counts = state

@@ -81,7 +81,7 @@ class IConnectionCallback(abc.ABC):
         """
 
     def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
-        """Answer a coordination request from a client (the checkpoint protocol, docs/state.md).
+        """Answer a coordination request from a client (the checkpoint protocol, docs/design/state.md).
 
         ``reply(status, body)`` must be called exactly once, from any thread, now or later;
         status 0 is success.  The default answers :data:`REQUEST_UNHANDLED`.  Called on the
@@ -90,7 +90,7 @@ class IConnectionCallback(abc.ABC):
         reply(REQUEST_UNHANDLED, b"this server's callback answers no requests")
 
     def recv_group(self, header: BatchHeader, batch: MessageBatch, done: Callable[[int], None]) -> None:
-        """Handle one group of the Spark delivery protocol (see docs/protocol.md).
+        """Handle one group of the Spark delivery protocol (see docs/reference/protocol.md).
 
         ``done(status)`` reports progress back to the sender: ``ACCEPTED`` once the
         messages are queued, ``PROCESSED`` once the entry bolts acked them all, ``FAILED``

@@ -4,7 +4,7 @@ Every frame is ``int16 code | int32 length | body[length]``, big-endian, like St
 Netty ``MessageBatch`` (``task short(2) | len int(4) | payload``).  A code >= 0 is a data
 frame for that task id; negative codes are control frames (Storm's values where Storm has
 one).  Unlike Storm, control frames also carry a length, so a decoder finds frame
-boundaries without knowing the code.  docs/protocol.md documents each body byte by byte.
+boundaries without knowing the code.  docs/reference/protocol.md documents each body byte by byte.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ RECEIPT: Final = -711
 BATCH_HEADER: Final = -800
 BATCH_ACK: Final = -801
 BATCH_COMMIT: Final = -802
-# Coordination requests (the checkpoint protocol, docs/state.md): client asks, server answers.
+# Coordination requests (the checkpoint protocol, docs/design/state.md): client asks, server answers.
 REQUEST: Final = -803
 REPLY: Final = -804
 BATCH_QUERY: Final = -805
@@ -196,7 +196,7 @@ class BatchHeader:
     queues) or PROCESSED (acked by the entry component's bolts).  ``coordinated``: the
     batch is committed by a checkpoint round of its own sender (a Spark driver's
     ``commit``), so a stateful topology's interval rounds stand aside until it is
-    (docs/state.md, "Who coordinates").
+    (docs/design/state.md, "Who coordinates").
     """
 
     query_id: str

@@ -4,7 +4,7 @@ One call on the driver, and Spark is the topology's resource manager: no second 
 provision.  The shape is Ray on Spark's (``ray.util.spark.setup_ray_cluster``: a background
 Spark job whose tasks each run a Ray worker node, the head on the driver) and storm-yarn's
 (nimbus in the application master, supervisors in YARN containers), over the cluster mode
-that already exists (docs/on-spark.md has the design and its reasons):
+that already exists (docs/design/on-spark.md has the design and its reasons):
 
 * **ZooKeeper** is the user's (``zookeeper="host:port[/chroot]"``) or, by default, one this
   call starts on the driver from the ZooKeeper jars Spark itself ships, bound to the address
@@ -1099,7 +1099,7 @@ def deploy(
     Parameters
     ----------
     spark : SparkSession
-        A classic session, or a Spark Connect one (where Connect allows it: docs/on-spark.md).
+        A classic session, or a Spark Connect one (where Connect allows it: docs/design/on-spark.md).
     topology : str or Path
         A topology YAML or Flux file (submitted here), or the name of a topology already
         submitted to ``zookeeper``.

@@ -3,7 +3,7 @@
 ``spark.read.format("storm_state")`` reads the state of one stateful component, from a
 savepoint (``option("path", DIR)``) or from a running topology's last committed epoch
 (``option("zookeeper", ...)`` and ``option("topology", NAME)``); ``option("changes",
-"true")`` reads its change feed instead (docs/state.md, "Reading state from Spark").
+"true")`` reads its change feed instead (docs/design/state.md, "Reading state from Spark").
 
 One partition per task: each Spark task opens its task's entries where they lie (the
 savepoint directory, or the topology's state backend) and decodes them into one Arrow

@@ -455,7 +455,7 @@ def checkpoint_batch(options: StormOptions, query_id: str, batch_id: int) -> Non
     """Driver side, before the commit returns: make every stateful task's state durable with this batch.
 
     The sink's ``commit(batchId)`` is the coordinator of the checkpoint protocol
-    (docs/state.md): it rolls the topology back first if a worker failed during the
+    (docs/design/state.md): it rolls the topology back first if a worker failed during the
     batch, and returns only once every stateful task has written the epoch holding the
     batch.  A topology without stateful components answers in one round trip (and is
     remembered for a minute).

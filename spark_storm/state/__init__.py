@@ -1,6 +1,6 @@
 """State for stateful bolts, exact through failures: key-value state, changelogs, input logs.
 
-Below ``worker/`` (which runs the checkpoint protocol, docs/state.md) and above ``codec/``
+Below ``worker/`` (which runs the checkpoint protocol, docs/design/state.md) and above ``codec/``
 (which encodes what is stored).  ``topology.state.provider`` picks the backend:
 
 * ``embedded`` (default) — files on this host (:mod:`spark_storm.state.files`);

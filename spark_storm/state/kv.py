@@ -15,7 +15,7 @@ only when it is new to the state.
 
 A value changed in place must be ``put`` again to be saved (as in Storm).
 
-**TTL** (docs/state.md, "State TTL"): ``put(key, value, ttl=...)``, or a component TTL the
+**TTL** (docs/design/state.md, "State TTL"): ``put(key, value, ttl=...)``, or a component TTL the
 executor turns on (:meth:`KeyValueState.enable_ttl`), makes the state a
 :class:`TtlKeyValueState`.  Nothing about TTL happens per call: a key's write time is the
 clock of the checkpoint barrier after its last ``put`` (:meth:`TtlKeyValueState.advance`,

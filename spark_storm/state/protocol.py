@@ -1,4 +1,4 @@
-"""The checkpoint protocol's messages, and its coordinator (docs/state.md).
+"""The checkpoint protocol's messages, and its coordinator (docs/design/state.md).
 
 The coordinator — the Spark sink's driver-side ``commit(batchId)``, or a worker's timer
 for topologies fed by plain clients — talks to every worker with

@@ -1,7 +1,7 @@
 """Savepoints: every stateful task's committed state at one epoch, in a directory of its own.
 
 A savepoint is what ``spark-storm savepoint`` (or ``kill --savepoint``) writes and what
-``submit --from-savepoint`` starts from (docs/state.md, "Savepoints").  Whatever the
+``submit --from-savepoint`` starts from (docs/design/state.md, "Savepoints").  Whatever the
 state provider, it is files::
 
     <dir>/savepoint-<topology>-e<epoch>-<id8>/

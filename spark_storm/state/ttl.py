@@ -1,4 +1,4 @@
-"""State TTL at restore: a task's state with every key's write time and per-key TTL (docs/state.md).
+"""State TTL at restore: a task's state with every key's write time and per-key TTL (docs/design/state.md).
 
 :meth:`~spark_storm.state.backend.TaskStore.restore` rebuilds the values (expired keys are
 among an entry's deletes, so it drops them); :func:`restore_with_ttl` reads the same

@@ -1,4 +1,4 @@
-"""Starting a topology from a savepoint: which state goes where (docs/state.md, "Savepoints").
+"""Starting a topology from a savepoint: which state goes where (docs/design/state.md, "Savepoints").
 
 State is matched **by component id**.  For each stateful component of the new topology:
 

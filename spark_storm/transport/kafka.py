@@ -6,7 +6,7 @@ Addressing.  Kafka has no ports, so (topology, port) names topics:
 not used (the brokers come from ``storm.messaging.kafka.bootstrap.servers``).  ``bind(.., 0)``
 picks a free port number by creating a topic that did not exist yet.
 
-Records.  A record's value is frames of the ordinary wire codec (docs/protocol.md), so the
+Records.  A record's value is frames of the ordinary wire codec (docs/reference/protocol.md), so the
 transport adds no format of its own:
 
 * client -> server: ``SEQ + data frames``, ``BATCH_HEADER + SEQ + data frames`` (a delivery

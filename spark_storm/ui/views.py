@@ -20,7 +20,7 @@ tuples per log-scale bucket over the workers' last one to two windows), added bu
 bucket: percentiles themselves cannot be combined, and the slowest task's p99 is not the
 component's.
 
-Stateful components (docs/state.md) also get ``state``: the last committed epoch (the lowest
+Stateful components (docs/design/state.md) also get ``state``: the last committed epoch (the lowest
 its workers report: every task of the component is committed through it), the epoch its
 tasks last wrote, keys (summed), bytes written by each executor's last checkpoint (summed),
 checkpoint duration p50/p99 from the executors' duration histograms added bucket by bucket,

@@ -59,7 +59,7 @@ class Emitter:
         self.batches: list[tuple[int, str, int, pa.RecordBatch, list[Anchor]]] = []
         self.acks: dict[int, list[list[Any]]] = {}
         #: The generation what is emitted belongs to: the worker's when the executor took the
-        #: batch being processed (docs/state.md).  A rollback that starts mid-batch makes the
+        #: batch being processed (docs/design/state.md).  A rollback that starts mid-batch makes the
         #: batch's output stale, so peers drop it instead of counting it besides the replay.
         #: None: the worker's current generation (an emitter outside any executor batch).
         self.generation: int | None = None

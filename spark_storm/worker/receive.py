@@ -189,7 +189,7 @@ class Receiver:
         anything is queued (:class:`GroupRejectedError`); otherwise it is dropped, counted
         and logged.  In a stateful topology what source tasks accept goes to their input
         logs first (``key``: the delivery group's), and while a rollback replays those
-        logs it is only logged: the replay publishes it (docs/state.md).
+        logs it is only logged: the replay publishes it (docs/design/state.md).
         """
         checkpoints = self._host.checkpoints
         if not isinstance(checkpoints, CheckpointManager):
@@ -318,7 +318,7 @@ class Receiver:
         """Publish what :meth:`decode_replay` made if its queue has room now; else return that queue.
 
         Never waits: the replay publishes under the checkpoint gate and waits for room
-        outside it, so a PAUSE is never held up by a full queue (docs/threads.md).
+        outside it, so a PAUSE is never held up by a full queue (docs/design/threads.md).
         """
         host = self._host
         batch, weights = [item for item, _ in items], [w for _, w in items]
@@ -385,7 +385,7 @@ class Receiver:
             tracker.sealed()
 
     def recv_request(self, op: int, body: bytes, reply: Callable[[int, bytes], None]) -> None:
-        """Answer the checkpoint coordinator (docs/state.md); a topology without state says so."""
+        """Answer the checkpoint coordinator (docs/design/state.md); a topology without state says so."""
         self._host.checkpoints.handle(op, body, reply)
 
     def pull_loop(self, server: IServer, buffer_size: int) -> None:

@@ -111,7 +111,7 @@ class SpoutCollector(SpoutOutputCollector):
 
     def _check_thread(self) -> None:
         # The executor's emitter, its pending counts and its acker updates belong to its thread
-        # (docs/threads.md); Storm's spout collector is not thread-safe either.
+        # (docs/design/threads.md); Storm's spout collector is not thread-safe either.
         if threading.get_ident() != self._executor.emitter.owner:
             msg = (
                 f"spout task {self._task} emitted from thread {threading.current_thread().name!r}: a spout emits "

@@ -153,7 +153,7 @@ class WorkerState:
 
     @property
     def generation(self) -> int:
-        """The topology's generation as this worker knows it (0 unless a rollback happened; docs/state.md)."""
+        """The topology's generation as this worker knows it (0 unless a rollback happened; docs/design/state.md)."""
         return self.checkpoints.generation
 
     @property
@@ -187,7 +187,7 @@ class WorkerState:
         source = self._sources.get((task, stream))
         if source is not None:
             return source
-        with self.lock:  # a miss: the receive thread and executor threads fill the cache (docs/threads.md)
+        with self.lock:  # a miss: the receive thread and executor threads fill the cache (docs/design/threads.md)
             sources = self._sources
             source = sources.get((task, stream))
             if source is not None:
@@ -280,7 +280,7 @@ class WorkerState:
         The tuple trees it belonged to (``anchors``, where known) fail now, so their
         delivery groups end at once instead of at the message timeout; a stateful worker
         marks itself dirty, so the next checkpoint round rolls every worker back and
-        replays the input logs instead of committing past the hole (docs/state.md).  It is
+        replays the input logs instead of committing past the hole (docs/design/state.md).  It is
         counted (``lost_payloads`` and ``lost_tuples`` in ``/health``, Prometheus and the UI),
         logged, and reported among the worker's errors.
         """

@@ -16,7 +16,7 @@
 The worker checkpoints the state at every epoch (a Spark micro-batch's commit, or
 ``topology.state.checkpoint.interval.ms`` for plain clients) and rolls every stateful task
 back to the last committed epoch when anything failed, replaying the input since then: so
-the committed state is that of every input row processed exactly once (docs/state.md).
+the committed state is that of every input row processed exactly once (docs/design/state.md).
 
 Hooks, as in Storm's ``IStatefulComponent`` (all on the task's executor thread):
 ``pre_prepare(txid)`` just before the state of epoch ``txid`` is written, ``pre_commit(txid)``

@@ -220,7 +220,7 @@ class BackPressureTracker:
         Decided from the queue's state now and sent under one lock, not from which crossing
         called: a publisher crossing the high watermark and the consumer draining under the
         low one call from two threads in either order, and the last status sent must be the
-        queue's (docs/threads.md).
+        queue's (docs/design/threads.md).
         """
         tasks = frozenset(spec.tasks)
         with self._lock:

@@ -291,7 +291,7 @@ class Worker:
         logger.info("worker %s: executors deactivated", self.slot)
 
     def _set_active(self, executors: list[Executor], on: bool) -> None:
-        """Switch executors, through the checkpoints when a rollback may own them (docs/threads.md)."""
+        """Switch executors, through the checkpoints when a rollback may own them (docs/design/threads.md)."""
         self.state.checkpoints.set_active(executors, on)
 
     def refresh(self, plan: Plan) -> None:

@@ -281,7 +281,7 @@ def read_values(directory: Path) -> list[list[Any]]:
 
 
 class LedgerBolt(StatefulBolt):
-    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/state.md).
+    """Per key: [count, sum of n] in checkpointed state (the keyed ledger of docs/design/state.md).
 
     ``ledger.prepare.delay.s`` holds every checkpoint that long (a test kills a worker during one).
     """

@@ -1,4 +1,4 @@
-"""Races the thread audit found (docs/threads.md, "Found unsafe"), each provoked here as it happened.
+"""Races the thread audit found (docs/design/threads.md, "Found unsafe"), each provoked here as it happened.
 
 Most run two real threads for a bounded time at a 1 µs switch interval, so the interleaving that
 broke shows up within the bound; each failed reliably before its fix (the counts in the

@@ -1,4 +1,4 @@
-"""The worker's side of exact state (docs/state.md), split by role.
+"""The worker's side of exact state (docs/design/state.md), split by role.
 
 * :mod:`~.alignment` — per executor, on its thread: barrier alignment and its stateful
   tasks' changelogs (:class:`ExecutorCheckpoints`; :class:`NoAlignment` without state);

@@ -1,4 +1,4 @@
-"""An executor's side of exact state: barrier alignment and its stateful tasks' changelogs (docs/state.md).
+"""An executor's side of exact state: barrier alignment and its stateful tasks' changelogs (docs/design/state.md).
 
 :class:`ExecutorCheckpoints` runs on the executor's thread: it aligns checkpoint barriers
 per task (a channel that delivered barrier ``E`` is held back until every upstream task
@@ -9,7 +9,7 @@ lets the held items through.  A rollback (the worker's request thread, with the 
 paused) puts every task back at the committed epoch.  :class:`NoAlignment` stands in for
 it in a topology without state.
 
-State TTL (docs/state.md) is decided here, at the barrier: the task's clock (its windows'
+State TTL (docs/design/state.md) is decided here, at the barrier: the task's clock (its windows'
 watermark, the newest event time its tuples carried, or the wall clock) goes to
 :meth:`~spark_storm.state.kv.TtlKeyValueState.advance`, which stamps the keys written in
 the epoch and removes the expired ones, and the entry records both.
@@ -268,7 +268,7 @@ class ExecutorCheckpoints:
         return False, store.encode(epoch, False, state.take_changes())
 
     def _encode_ttl(self, task: int, epoch: int, state: TtlKeyValueState) -> tuple[bool, list[bytes]]:
-        """Decide the epoch's expiries at its barrier, and encode them with the changes (docs/state.md)."""
+        """Decide the epoch's expiries at its barrier, and encode them with the changes (docs/design/state.md)."""
         expired = state.advance(self._ttl_now(task))
         self.expired += len(expired)
         since = self._keys_since_full[task] + state.changed + len(expired)

@@ -84,7 +84,7 @@ class IntervalCheckpoints:
     ``topology.state.coordinator.lease.ms``, and while any worker holds a coordinated batch
     (a Spark micro-batch: BATCH_HEADER bit 0x80) that its driver has not committed, however
     slow the batch, unless no group of it came for ``topology.state.coordinator.batch.hold.ms``
-    (the driver is presumed gone; docs/state.md, "Who coordinates").
+    (the driver is presumed gone; docs/design/state.md, "Who coordinates").
     """
 
     def __init__(self, manager: CheckpointManager, stopping: threading.Event) -> None:

@@ -1,4 +1,4 @@
-"""A worker's part in the checkpoint protocol (docs/state.md): STATUS, PAUSE, RESUME, PREPARE, COMMIT.
+"""A worker's part in the checkpoint protocol (docs/design/state.md): STATUS, PAUSE, RESUME, PREPARE, COMMIT.
 
 :class:`CheckpointManager` answers one coordinator at a time (a lease), and keeps what the
 rounds decide: the generation (raised by a rollback's PAUSE), the epoch the last barrier

@@ -1,4 +1,4 @@
-"""State TTL on the executor's side: its keys, read once per component, and the clocks (docs/state.md).
+"""State TTL on the executor's side: its keys, read once per component, and the clocks (docs/design/state.md).
 
 ``topology.state.ttl.ms`` and ``topology.state.ttl.clock`` come from the component's
 ``conf:`` over the topology's and the defaults (the executor's merged conf).  The clock

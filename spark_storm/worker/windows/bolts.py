@@ -25,7 +25,7 @@ passed its end), e.g. into a partial ``group_by`` count; ``execute_window`` must
 combined rows.
 
 **Exact through failures.**  A windowed bolt is stateful: its open windows, watermarks and
-what has fired are checkpointed with the topology's epochs (docs/state.md), so a SIGKILLed
+what has fired are checkpointed with the topology's epochs (docs/design/state.md), so a SIGKILLed
 or moved task resumes its windows, and a replay fires each window again with the same
 rows, values and id.  A tuple (batch) is acked when it joins its window: once window state
 is durable that is safe, and a micro-batch never waits for a later one to close its windows
