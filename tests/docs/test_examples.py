@@ -116,3 +116,11 @@ def test_a_skipped_example_names_the_test_that_runs_the_same_code() -> None:
             assert f"def {where.group('test')}(" in source, (
                 f"{page.name}: no {where.group('test')} in {where.group('file')}"
             )
+
+
+def test_the_readme_is_a_front_page_with_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200, "the README is the front page: what it is, the two commands, links"
+    commands = re.search(r"```bash\n(?P<body>.*?)```", readme, flags=re.S)
+    assert commands is not None
+    assert [line.split()[0] for line in commands.group("body").splitlines()] == ["scripts/demo", "scripts/test"]
