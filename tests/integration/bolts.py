@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
+
+import msgpack
 
 from spark_storm.codec.columnar import ColumnarBatch
-from spark_storm.codec.tuples import Tuple
+from spark_storm.codec.tuples import CHECKPOINT_STREAM, Tuple
+from spark_storm.messaging import IClient, TaskMessage
 from spark_storm.state.files import EmbeddedBackend, FileTaskStore
+from spark_storm.transport import tcp
+from spark_storm.transport._base import as_batch
 from spark_storm.worker.bolt import BatchBolt, BatchOutputCollector, Bolt, OutputCollector, TopologyContext
 from spark_storm.worker.spout import Spout, SpoutOutputCollector
 from spark_storm.worker.stateful import KeyValueState, StatefulBatchBolt, StatefulBolt
@@ -377,3 +383,79 @@ class GatedBackend(EmbeddedBackend):
 
     def task_store(self, task: int) -> FileTaskStore:
         return _GatedTaskStore(task, self.root / f"task-{task}", self.gate)
+
+
+def _barrier_epoch(payload: bytes) -> int | None:
+    """The epoch of a checkpoint barrier's payload ([source task, "$checkpoint", [epoch, generation]]), or None."""
+    try:
+        decoded = msgpack.unpackb(payload)
+    except Exception:
+        return None
+    if type(decoded) is list and len(decoded) == 3 and decoded[1] == CHECKPOINT_STREAM:
+        return int(decoded[2][0])
+    return None
+
+
+class _HeldLinkClient(tcp.TcpClient):
+    """A tcp client to another worker, steered by files in a gate directory, per destination task T.
+
+    * while ``hold-t<T>`` exists, what it sends to T is held back (in order), and sent once
+      the file is gone; each barrier it holds leaves ``held-barrier-t<T>-e<epoch>``;
+    * ``garble-t<T>``: the next data payload (not a barrier) for T is replaced by bytes no
+      decoder reads (msgpack's unused code 0xc1), once: the file becomes ``garbled-t<T>``.
+    """
+
+    def __init__(self, context: HeldLinkContext, topology_id: str, host: str, port: int) -> None:
+        super().__init__(context, topology_id, host, port)
+        self._gate = context.gate
+        self._lock = threading.Lock()
+        self._held: dict[int, list[TaskMessage]] = {}
+        self._stopped = threading.Event()
+        threading.Thread(target=self._release_loop, name="test-held-link", daemon=True).start()
+
+    def send(self, messages: TaskMessage | Iterable[TaskMessage]) -> None:
+        with self._lock:
+            self._release()
+            now = []
+            for message in as_batch(messages):
+                task = message.task
+                epoch = _barrier_epoch(message.payload)
+                if epoch is None and (self._gate / f"garble-t{task}").exists():
+                    (self._gate / f"garble-t{task}").rename(self._gate / f"garbled-t{task}")
+                    message = TaskMessage(task, b"\xc1 garbled by the test")
+                if task in self._held or (self._gate / f"hold-t{task}").exists():
+                    self._held.setdefault(task, []).append(message)
+                    if epoch is not None:
+                        (self._gate / f"held-barrier-t{task}-e{epoch}").touch()
+                else:
+                    now.append(message)
+            if now:
+                super().send(now)
+
+    def _release(self) -> None:
+        # Caller holds the lock.
+        for task in [t for t in self._held if not (self._gate / f"hold-t{t}").exists()]:
+            super().send(self._held.pop(task))
+
+    def _release_loop(self) -> None:
+        while not self._stopped.wait(0.01):
+            with self._lock:
+                if self._held:
+                    self._release()
+
+    def close(self) -> None:
+        self._stopped.set()
+        super().close()
+
+
+class HeldLinkContext(tcp.Context):
+    """tcp whose worker-to-worker clients hold back or garble messages as files in ``test.link.gate`` say."""
+
+    alias: ClassVar[str] = "test-held-link"
+
+    def __init__(self, conf: Any) -> None:
+        super().__init__(conf)
+        self.gate = Path(str(self.conf.get("test.link.gate") or "."))
+
+    def _new_client(self, topology_id: str, host: str, port: int) -> IClient:
+        return _HeldLinkClient(self, topology_id, host, port)

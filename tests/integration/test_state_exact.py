@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support import wait_until
-from tests.support.ledger import Ledger, expected, rows_for
+from tests.support.ledger import ExactRun, Ledger, expected, ledger_state, rows_for
 
 pytestmark = pytest.mark.integration
 
@@ -400,3 +401,89 @@ def test_a_worker_sigkilled_before_the_first_commit_loses_nothing(tmp_path: Path
         print(f"first commit after the kill: epoch {result.epoch}, rollback to {result.rolled_back_to}")
         assert result.rolled_back_to == 0
         assert run.state() == expected(run.batches)
+
+
+def _held_link_ledger(tmp: Path, gate: Path) -> Path:
+    """in (source, 1 task) -> mid (pass-through, 1) -> ledger (stateful, 2 tasks); 3 workers put one executor on each.
+
+    Worker-to-worker links are tests.integration.bolts:HeldLinkContext's, steered by files in ``gate``.
+    """
+    topo = {
+        "name": "held-link",
+        "conf": {
+            "topology.state.provider.config": {"dir": str(tmp / "state")},
+            "topology.state.checkpoint.interval.ms": 0,
+            "topology.message.timeout.secs": 600,
+            "storm.messaging.transport": "tests.integration.bolts:HeldLinkContext",
+            "test.link.gate": str(gate),
+        },
+        "components": [
+            {"id": "in", "source": True, "fields": ["key", "n"], "parallelism": 1},
+            {
+                "id": "ledger",
+                "bolt": "tests.integration.bolts:LedgerBolt",
+                "parallelism": 1,
+                "tasks": 2,
+                "inputs": [{"from": "mid", "grouping": "fields", "fields": ["key"]}],
+            },
+            {
+                "id": "mid",
+                "bolt": "spark_storm.worker.bolt:PassThroughBolt",
+                "fields": ["key", "n"],
+                "parallelism": 1,
+                "inputs": [{"from": "in", "grouping": "shuffle"}],
+            },
+        ],
+    }
+    path = tmp / "held-link.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    return path
+
+
+def test_a_payload_lost_after_a_stateless_worker_answered_prepare_spoils_the_epoch(tmp_path: Path) -> None:
+    """bench.chaos seed 1001 #159: a hole that came after its worker's PREPARE answer was committed.
+
+    A worker with no stateful task answered PREPARE at once, before the epoch's barrier had
+    passed its (stateless) tasks.  A payload of the epoch that then arrived undecodable (here
+    the replay after a rollback, untracked: no tree fails) marked it dirty too late: the
+    epoch committed without those rows, and the rollback the dirt caused went back to that
+    very epoch, whose input the commit had truncated (24 rows lost for good).  Now PREPARE
+    waits until the barrier passed every local task, and the hole spoils the epoch.
+    """
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    with ExactRun(_held_link_ledger(tmp_path, gate), workers=3) as run:
+        plan = run.cluster.plan
+        (mid,) = plan.component_tasks["mid"]
+        on_mid = [t for t, slot in plan.task_slot.items() if slot == plan.task_slot[mid]]
+        assert on_mid == [mid], f"mid must be alone on its worker (it holds {on_mid})"
+        run.send(0, rows_for(0, 600))
+        assert run.commit(0).epoch == 1
+        run.send(1, rows_for(1, 600))  # processed, and in the input log as epoch 2 (not committed)
+        (gate / f"hold-t{mid}").touch()
+        (gate / f"garble-t{mid}").touch()
+        statuses = run.coordinator.status().values()
+        committed = max(s.committed for s in statuses)
+        generation = max(s.generation for s in statuses)
+        run.coordinator.rollback(committed, generation + 1, ["a test's rollback: batch 1 is replayed, untracked"])
+        results: list[Any] = []
+        committer = threading.Thread(target=lambda: results.append(run.commit(1)))
+        committer.start()
+        # The replay of batch 1 and barrier 2 behind it, held on their way to mid; the first
+        # payload of the replay is garbled.  Every PREPARE was sent when the barrier was sealed.
+        wait_until(
+            lambda: (gate / f"held-barrier-t{mid}-e2").exists(),
+            what="barrier 2 held behind the replay, on its way to mid",
+            timeout=60,
+        )
+        assert (gate / f"garbled-t{mid}").exists()
+        (gate / f"hold-t{mid}").unlink()  # the garbled payload arrives, then the rest, then the barrier
+        committer.join(120)
+        assert not committer.is_alive()
+        assert results
+        print(f"after the hole: epoch {results[0].epoch}, rollback to {results[0].rolled_back_to}")
+        assert ledger_state(tmp_path / "state", run.cluster.topology.name, plan) == expected(run.batches)
+        assert results[0].rolled_back_to == 1
+        run.send(2, rows_for(2, 600))
+        run.commit(2)
+        assert ledger_state(tmp_path / "state", run.cluster.topology.name, plan) == expected(run.batches)

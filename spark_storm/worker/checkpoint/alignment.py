@@ -215,6 +215,7 @@ class ExecutorCheckpoints:
             self._save(task, epoch, generation)
         ex.emitter.send_barrier(task, epoch, generation, self.downstream)
         self.done[task] = epoch
+        self._manager.task_passed(task, epoch, generation)  # a PREPARE of the epoch may answer for this task now
         released = self.buffered.pop(task, None)
         return self.process(released) if released else 0
 

@@ -98,6 +98,8 @@ class CheckpointManager:
         self.dirty_reasons: list[str] = []
         self._stores: dict[int, TaskStore] = {}
         self._prepared: dict[int, int] = {}
+        #: Per local task (stateful or not), the last epoch whose barrier it passed on in this generation.
+        self._passed: dict[int, int] = {}
         #: The epoch of the last PREPARE this worker answered ready (not dirty), and its generation:
         #: STATUS reports it, so a coordinator can tell an epoch every worker prepared (roll forward).
         self._ready: tuple[int, int] = (NO_EPOCH, -1)
@@ -218,6 +220,19 @@ class CheckpointManager:
                 return  # a rollback overtook this epoch: its round failed already
             self._prepared[task] = max(epoch, self._prepared.get(task, NO_EPOCH))
             self._failed.pop(task, None)
+            self._cond.notify_all()
+
+    def task_passed(self, task: int, epoch: int, generation: int) -> None:
+        """Task ``task`` passed barrier ``epoch`` on (its executor thread): what came before it has arrived.
+
+        A payload of the epoch that arrived undecodable marked the worker dirty before this
+        (the receive thread decodes a connection's messages in order, the barrier after the
+        data), so a PREPARE that waits for it sees the hole.
+        """
+        with self._cond:
+            if generation != self.generation:
+                return  # a rollback overtook this epoch
+            self._passed[task] = max(epoch, self._passed.get(task, NO_EPOCH))
             self._cond.notify_all()
 
     def task_failed(self, task: int, epoch: int, error: str, generation: int) -> None:
@@ -407,6 +422,7 @@ class CheckpointManager:
                 self.epoch = epoch
                 self.committed = max(self.committed, epoch)
                 self._prepared = dict.fromkeys(self._prepared, epoch)
+                self._passed = {t: min(e, epoch) for t, e in self._passed.items()}
                 self._failed.clear()
                 self.dirty_reasons = []
                 self.counters["rollbacks"] += 1
@@ -447,32 +463,69 @@ class CheckpointManager:
                 msg = f"task {task}'s input log up to barrier {epoch} was not made durable: {exc}"
                 self.mark_dirty(msg)
                 raise CheckpointError(msg) from exc
-        stateful = [t for e in self._executors() if e.checkpoints.stateful for t in e.spec.tasks]
+        executors = self._executors()
+        stateful = [t for e in executors if e.checkpoints.stateful for t in e.spec.tasks]
+        # Every local task, stateless ones too: the epoch is ready here only once barrier ``epoch``
+        # passed each of them.  A payload of the epoch that arrives after this answer and cannot
+        # be decoded (a hole, bench.chaos seed 1001 #159) would mark the worker dirty too late:
+        # the epoch would commit without it, and the next rollback, to that epoch, could not
+        # bring it back (the commit truncated the input logs).
+        local = [t for e in executors for t in e.spec.tasks]
 
         def wait() -> dict[str, Any]:
             self._check_transport_losses()
+            spoiled = self._await_barrier(epoch, generation, stateful, local, deadline)
+            if spoiled is not None:
+                return spoiled
+            self._check_transport_losses()  # what the transport lost until the barrier passed, too
             with self._cond:
-                while True:
-                    failed = [self._failed[t] for t in stateful if t in self._failed]
-                    if failed:
-                        raise CheckpointError("; ".join(failed))
-                    if self.dirty_reasons:  # a barrier behind a loss may never come: spoiled now, not at the timeout
-                        return {"epoch": epoch, "dirty": True, "generation": generation}
-                    if self.generation != generation:
-                        msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
-                        raise CheckpointError(msg)
-                    if all(self._prepared.get(t, NO_EPOCH) >= epoch for t in stateful):
-                        if (generation, epoch) > (self._ready[1], self._ready[0]):  # under _cond
-                            self._ready = (epoch, generation)
-                        return {"epoch": epoch, "dirty": False, "generation": generation}
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        late = [t for t in stateful if self._prepared.get(t, NO_EPOCH) < epoch]
-                        msg = f"tasks {late} did not write epoch {epoch} within {timeout:.0f}s"
-                        raise CheckpointError(msg)
-                    self._cond.wait(min(remaining, 0.5))
+                if self.dirty_reasons:
+                    return {"epoch": epoch, "dirty": True, "generation": generation}
+                if self.generation != generation:
+                    msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
+                    raise CheckpointError(msg)
+                if (generation, epoch) > (self._ready[1], self._ready[0]):
+                    self._ready = (epoch, generation)
+                return {"epoch": epoch, "dirty": False, "generation": generation}
 
         return wait
+
+    def _await_barrier(
+        self, epoch: int, generation: int, stateful: list[int], local: list[int], deadline: float
+    ) -> dict[str, Any] | None:
+        """Wait until every stateful task wrote ``epoch`` and barrier ``epoch`` passed every local task.
+
+        Returns the PREPARE's answer if the epoch was spoiled meanwhile (the worker is dirty),
+        else None.
+
+        Raises
+        ------
+        CheckpointError
+            A task could not write the epoch, a rollback overtook it, or the deadline passed.
+        """
+        with self._cond:
+            while True:
+                failed = [self._failed[t] for t in stateful if t in self._failed]
+                if failed:
+                    raise CheckpointError("; ".join(failed))
+                if self.dirty_reasons:  # a barrier behind a loss may never come: spoiled now, not at the timeout
+                    return {"epoch": epoch, "dirty": True, "generation": generation}
+                if self.generation != generation:
+                    msg = f"a rollback (generation {self.generation}) overtook epoch {epoch}"
+                    raise CheckpointError(msg)
+                late = [t for t in stateful if self._prepared.get(t, NO_EPOCH) < epoch]
+                behind = [t for t in local if self._passed.get(t, NO_EPOCH) < epoch]
+                if not late and not behind:
+                    return None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timeout = self.settings.commit_timeout_s
+                    if late:
+                        msg = f"tasks {late} did not write epoch {epoch} within {timeout:.0f}s"
+                    else:
+                        msg = f"barrier {epoch} did not pass tasks {behind} within {timeout:.0f}s"
+                    raise CheckpointError(msg)
+                self._cond.wait(min(remaining, 0.5))
 
     def _check_transport_losses(self) -> None:
         """Mark the state dirty if a connection to another worker lost messages since the last PREPARE.
