@@ -6,6 +6,9 @@
   (``spark_storm.cli.parser.build_parser``).
 
 ``tests/docs/test_reference.py`` fails when a key has no comment or a flag no help text.
+
+:class:`RestRoles` is a Griffe extension (mkdocs.yml's mkdocstrings options load it from this
+file) that turns the reST roles of the package's docstrings into Markdown for the API pages.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import griffe
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = ROOT / "spark_storm" / "defaults.yaml"
@@ -58,8 +63,15 @@ def config_keys(path: Path = DEFAULTS) -> list[ConfigKey]:
 
 
 def _escape(text: str) -> str:
-    """Text for a Markdown table cell: a pipe would end the cell, a bracket start a link."""
-    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+    """Escape text for a Markdown table cell.
+
+    A pipe would end the cell, a bracket start a link, ``<x>`` be taken for an HTML tag; inside a
+    `code span` the text stays as written (a backslash would show).
+    """
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # the even parts are outside code spans
+        parts[i] = parts[i].replace("|", "\\|").replace("[", "\\[").replace("]", "\\]").replace("<", "&lt;")
+    return "`".join(parts)
 
 
 def configuration_page(keys: list[ConfigKey]) -> str:
@@ -86,14 +98,25 @@ def configuration_page(keys: list[ConfigKey]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+def _commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """List (name, help, parser) of every command under ``parser``, each followed by its own commands.
+
+    A nested command is named with its parent's: ``topology plan``.
+    """
     found: list[tuple[str, str, argparse.ArgumentParser]] = []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, sub in action.choices.items():
-                found.append((name, helps.get(name, ""), sub))
+                full = f"{prefix}{name}"
+                found.append((full, helps.get(name, ""), sub))
+                found += _commands(sub, f"{full} ")
     return found
+
+
+def cli_commands(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """(command, help) for every command, nested ones included (``topology plan``); help may be empty."""
+    return [(name, summary) for name, summary, _ in _commands(parser)]
 
 
 def cli_flags(parser: argparse.ArgumentParser) -> list[tuple[str, str, str]]:
@@ -147,10 +170,23 @@ def cli_page(parser: argparse.ArgumentParser) -> str:
         out += ["", f"## `{name}`", "", summary[:1].upper() + summary[1:] + ("" if summary.endswith(".") else ".")]
         if sub.description:
             out += ["", sub.description]
-        out += ["", "```text", sub.format_usage().strip(), "```", ""]
+        out += ["", "```text", _usage(sub), "```", ""]
         actions = _own_actions(sub)
-        out += _table(actions) if actions else ["No flags."]
+        nested = [f"`{child}`" for child, _, _ in _commands(sub, f"{name} ")]
+        if actions:
+            out += _table(actions)
+        elif nested:
+            out.append("Commands: " + ", ".join(nested) + ".")
+        else:
+            out.append("No flags.")
     return "\n".join(out) + "\n"
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    """Format the usage line as ``--help`` prints it, at 70 columns (the page's text) whatever the terminal's."""
+    formatter = argparse.HelpFormatter(parser.prog, width=70)
+    formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups)
+    return formatter.format_help().strip()
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -162,3 +198,31 @@ def on_files(files: Any, config: Any) -> Any:
     files.append(File.generated(config, "reference/configuration.md", content=configuration_page(config_keys())))
     files.append(File.generated(config, "reference/cli.md", content=cli_page(build_parser())))
     return files
+
+
+_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj):`(~?)\.?([^`]+)`")
+
+
+def markdown_docstring(text: str) -> str:
+    """Turn the reST a docstring here uses into Markdown for mkdocstrings.
+
+    ``:class:`~pkg.mod.Name``` becomes ```Name``` (``~``: the last part only, as Sphinx shows it),
+    ``:func:`pkg.f``` becomes ```pkg.f```; a paragraph ending in ``::`` loses one colon (a line of
+    only ``::`` goes), leaving the indented block after it a Markdown code block.
+    """
+    text = _ROLE.sub(lambda m: f"`{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}`", text)
+    lines = []
+    for line in text.split("\n"):
+        if line.strip() == "::":
+            continue
+        lines.append(line[:-1] if line.endswith("::") else line)
+    return "\n".join(lines)
+
+
+class RestRoles(griffe.Extension):
+    """Griffe extension: every docstring through :func:`markdown_docstring` as the package loads."""
+
+    def on_instance(self, *, node: Any, obj: griffe.Object, agent: Any, **kwargs: Any) -> None:
+        """Rewrite ``obj``'s docstring, if it has one."""
+        if obj.docstring is not None:
+            obj.docstring.value = markdown_docstring(obj.docstring.value)

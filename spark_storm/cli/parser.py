@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     sdemo.add_argument(
         "--rows-per-second", type=int, default=None, help="sentences per second (default 2000; 40000 with --arrow)"
     )
-    sdemo.add_argument("--workers", type=int, default=2)
+    sdemo.add_argument("--workers", type=int, default=2, help="worker processes the topology runs on (default 2)")
     sdemo.add_argument("--arrow", action="store_true", help="the columnar wordcount (batch bolts), at 20x the rate")
     sdemo.add_argument(
         "--windows",
@@ -51,9 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sdemo.set_defaults(func=demos.spark_demo)
     demo = sub.add_parser("transport-demo", help="two-process transport round trip with live progress")
-    demo.add_argument("--transport", default="tcp", choices=sorted(TRANSPORT_ALIASES))
-    demo.add_argument("--messages", type=int, default=2_000_000)
-    demo.add_argument("--seconds", type=float, default=20.0)
+    demo.add_argument(
+        "--transport",
+        default="tcp",
+        choices=sorted(TRANSPORT_ALIASES),
+        help="the transport to send through (default tcp)",
+    )
+    demo.add_argument(
+        "--messages", type=int, default=2_000_000, help="stop after this many messages (default 2,000,000)"
+    )
+    demo.add_argument("--seconds", type=float, default=20.0, help="or after this many seconds (default 20)")
     demo.add_argument("--size", type=int, default=100, help="payload bytes per message")
     demo.add_argument("--batch", type=int, default=1000, help="messages per send()")
     demo.add_argument("--conf", help="a storm.yaml with overrides")
@@ -66,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--topology", help="topology YAML or Storm Flux file (static mode)")
     worker.add_argument("--filter", help=_FILTER_HELP)
-    worker.add_argument("--port", type=int, required=True)
+    worker.add_argument("--port", type=int, required=True, help="the port this worker binds: its slot")
     worker.add_argument("--host", default="127.0.0.1", help="this worker's host as the slot list / assignment names it")
     worker.add_argument("--workers", help="static mode: all slots host:port,... (default: the topology's 'workers')")
     worker.add_argument("--zookeeper", help="cluster mode: HOST:PORT[,HOST:PORT][/chroot] of the cluster's state")
@@ -77,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("local-cluster", help="run N workers on loopback until Ctrl-C")
     cluster.add_argument("--topology", required=True, help="topology YAML or Storm Flux file")
     cluster.add_argument("--filter", help=_FILTER_HELP)
-    cluster.add_argument("--workers", type=int, default=2)
+    cluster.add_argument("--workers", type=int, default=2, help="worker processes, one port each (default 2)")
     cluster.add_argument("--conf", help="a storm.yaml with overrides")
     cluster.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (repeatable)")
     cluster.add_argument("--from-savepoint", metavar="DIR", help="start from a savepoint")
@@ -112,23 +119,39 @@ def build_parser() -> argparse.ArgumentParser:
     tplan.add_argument("--workers", help="slots host:port,... (default: the topology's 'workers')")
     tplan.set_defaults(func=admin.plan)
     kafka = sub.add_parser("kafka", help="a local KRaft Kafka broker for tests and demos")
-    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the broker, stop it, or print whether it runs (status exits 1 if not)",
+    )
     kafka.add_argument("--dir", default=".run/kafka", help="state directory (config, data, pid, log)")
     kafka.set_defaults(func=servers.kafka)
     zookeeper = sub.add_parser("zookeeper", help="a local ZooKeeper server for cluster mode")
-    zookeeper.add_argument("action", choices=["start", "stop", "status"])
+    zookeeper.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the server, stop it, or print whether it runs (status exits 1 if not)",
+    )
     zookeeper.add_argument("--dir", default=".run/zookeeper", help="state directory (config, data, pid, log)")
     zookeeper.add_argument("--port", type=int, help="client port (default: a free one)")
     zookeeper.add_argument("--host", default="127.0.0.1", help="address the client port binds (default loopback)")
     zookeeper.set_defaults(func=servers.zookeeper)
     redis = sub.add_parser("redis", help="a local Redis server (Debian's redis-server) for the redis state provider")
-    redis.add_argument("action", choices=["start", "stop", "status"])
+    redis.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the server, stop it, or print whether it runs (status exits 1 if not)",
+    )
     redis.add_argument("--dir", default=".run/redis", help="state directory (config, data, pid, log)")
     redis.add_argument("--port", type=int, help="port (default: a free one)")
     redis.add_argument("--host", default="127.0.0.1", help="address the server binds (default loopback)")
     redis.set_defaults(func=servers.redis)
     standalone = sub.add_parser("spark-standalone", help="a local Spark standalone master + worker")
-    standalone.add_argument("action", choices=["start", "stop", "status"])
+    standalone.add_argument(
+        "action",
+        choices=["start", "stop", "status"],
+        help="start the master and worker, stop them, or print whether they run (status exits 1 if not)",
+    )
     standalone.add_argument("--dir", default=".run/spark-standalone", help="state directory (pids, logs, work)")
     standalone.add_argument("--cores", type=int, default=2, help="cores the worker offers")
     standalone.add_argument("--memory", default="2g", help="memory the worker offers")
