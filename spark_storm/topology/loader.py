@@ -33,14 +33,15 @@ def topology_from_dict(data: Mapping[str, Any], origin: str = "topology") -> Top
 def load_topology(path: str | Path, properties: str | Path | None = None) -> Topology:
     """Read a topology file: ours, or a Storm Flux file (told apart by its keys).
 
+    A component's multilang child runs in ``topology.multilang.dir``, resolved against
+    the file's directory; unset, it is the file's directory.
+
     Parameters
     ----------
     path : str or Path
+        The topology YAML or Flux file.
     properties : str or Path, optional
         Flux's ``--filter``: a properties file whose values replace ``${name}`` in a Flux file.
-
-    A component's multilang child runs in ``topology.multilang.dir``, resolved against
-    the file's directory; unset, it is the file's directory.
 
     Raises
     ------
