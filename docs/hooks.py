@@ -81,8 +81,9 @@ def configuration_page(keys: list[ConfigKey]) -> str:
         "",
         "Every key spark-storm reads, generated from `spark_storm/defaults.yaml` (the only place a "
         "default lives) when the site is built. Override a key in a `storm.yaml` (`spark-storm --conf FILE`, "
-        "`--set KEY=VALUE`), in a topology file's `config:`, or in code (`make_context({...})`, "
-        '`.option("conf.KEY", value)` on the Spark side). How settings combine: '
+        "`--set KEY=VALUE`), in a topology file's `conf:`, or in code (`make_context({...})`; on the Spark "
+        'side `.option("KEY", value)` for any `storm.*`, `topology.*` or `zmq.*` key, or `.option("conf", FILE)`). '
+        "How settings combine: "
         "[Configuration](../guides/configuration.md).",
         "",
         f"{len(keys)} keys.",
