@@ -238,7 +238,12 @@ class Coordinator:
 
     # --- one request to every worker, in parallel ---------------------------------------------
     def _all(
-        self, op: int, body: Mapping[str, Any], timeout: float, only: set[str] | None = None
+        self,
+        op: int,
+        body: Mapping[str, Any],
+        timeout: float,
+        only: set[str] | None = None,
+        enough: Callable[[dict[str, Any]], bool] | None = None,
     ) -> dict[str, dict[str, Any]]:
         endpoints = {w: e for w, e in self._endpoints().items() if only is None or w in only}
         if not endpoints:
@@ -262,7 +267,10 @@ class Coordinator:
             return worker, decode_body(answer, f"worker {worker}'s answer to {name}")
 
         # The first failure ends the round at once: a PREPARE elsewhere would wait for barriers
-        # a dead worker never sends (it ends on its own when the next round's PAUSE comes).
+        # a dead worker never sends (it ends on its own when the next round's PAUSE comes).  So
+        # does the first answer ``enough`` accepts (a PREPARE answered dirty: the epoch is
+        # spoiled whatever the others say, and their barriers may never come), with the
+        # answers so far.
         pool = ThreadPoolExecutor(max_workers=min(16, len(endpoints)), thread_name_prefix="checkpoint")
         try:
             futures = [pool.submit(ask, item) for item in endpoints.items()]
@@ -270,6 +278,8 @@ class Coordinator:
             for future in as_completed(futures):
                 worker, answer = future.result()
                 out[worker] = answer
+                if enough is not None and enough(answer):
+                    break
             return out
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -336,7 +346,7 @@ class Coordinator:
                     self.rollback(committed, generation + 1, dirty)
                     generation += 1
                 epoch = committed + 1
-                prepared = self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
+                prepared = self.prepare(epoch, generation)
                 spoiled = [w for w, a in prepared.items() if a.get("dirty")]
                 if spoiled:
                     msg = f"epoch {epoch} was spoiled while it was prepared (dirty: {', '.join(sorted(spoiled))})"
@@ -487,8 +497,14 @@ class Coordinator:
         self._all(RESUME, {"epoch": epoch, "generation": generation}, self._request_timeout_s)
 
     def prepare(self, epoch: int, generation: int) -> dict[str, dict[str, Any]]:
-        """PREPARE ``epoch`` on every worker (a round's first phase alone); return their answers."""
-        return self._all(PREPARE, {"epoch": epoch, "generation": generation}, self._timeout_s)
+        """PREPARE ``epoch`` on every worker (a round's first phase alone); return their answers.
+
+        The first answer ``dirty`` ends the phase with the answers so far: the epoch is spoiled,
+        and a worker still waiting for the epoch's barrier (which a dirty worker's tasks may never
+        send) is not waited for; its PREPARE ends when the next round's PAUSE comes.
+        """
+        body = {"epoch": epoch, "generation": generation}
+        return self._all(PREPARE, body, self._timeout_s, enough=lambda answer: bool(answer.get("dirty")))
 
     def commit(self, epoch: int, batches: Mapping[str, int], workers: set[str] | None = None) -> None:
         """COMMIT ``epoch`` on every worker, or on ``workers`` only (a COMMIT that reached some of them)."""

@@ -9,6 +9,7 @@ committed [count, sum] must equal the answer computed from the rows.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -487,3 +488,48 @@ def test_a_payload_lost_after_a_stateless_worker_answered_prepare_spoils_the_epo
         run.send(2, rows_for(2, 600))
         run.commit(2)
         assert ledger_state(tmp_path / "state", run.cluster.topology.name, plan) == expected(run.batches)
+
+
+def test_a_prepare_answered_dirty_ends_the_phase_without_waiting_for_a_barrier_that_never_comes(
+    tmp_path: Path,
+) -> None:
+    """A rebalance under load (tests/cluster/test_windows_cluster.py): a PREPARE waited out its 300 s.
+
+    Two workers answered PREPARE dirty at once (their executors had just moved), and the new
+    worker waited for a barrier their tasks never sent, until the deadline: the coordinator
+    waited for every answer, and Spark's commit failed.  Now the first dirty answer ends the
+    phase: the round is spoiled at once, and the next one rolls back (its PAUSE ends the
+    PREPARE still waiting).
+    """
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    with ExactRun(_held_link_ledger(tmp_path, gate), workers=3) as run:
+        plan = run.cluster.plan
+        (mid,) = plan.component_tasks["mid"]
+        ledger = plan.component_tasks["ledger"]
+        run.send(0, rows_for(0, 600))
+        assert run.commit(0).epoch == 1
+        for task in ledger:  # barrier 2 will not reach the ledger's worker
+            (gate / f"hold-t{task}").touch()
+        (gate / f"garble-t{mid}").touch()  # and mid's worker gets a payload it cannot decode: dirty
+        run.send(1, rows_for(1, 600))
+        wait_until(
+            lambda: any(s.dirty for s in run.coordinator.status().values()),
+            what="mid's worker dirty after the garbled payload",
+            timeout=60,
+        )
+        generation = max(s.generation for s in run.coordinator.status().values())
+        answers: list[dict[str, Any]] = []
+        started = time.monotonic()
+        phase = threading.Thread(target=lambda: answers.append(run.coordinator.prepare(2, generation)))
+        phase.start()
+        phase.join(30)  # the coordinator's timeout is 60 s: without the early end it waits for all of it
+        assert not phase.is_alive(), "PREPARE waited for the ledger's worker although another answered dirty"
+        print(f"PREPARE phase ended in {time.monotonic() - started:.2f}s: {answers[0]}")
+        assert any(a["dirty"] for a in answers[0].values())
+        for task in ledger:
+            (gate / f"hold-t{task}").unlink()
+        result = run.commit(1)  # rolls back to 1 and replays: nothing lost, nothing twice
+        assert result.rolled_back_to == 1
+        assert ledger_state(tmp_path / "state", run.cluster.topology.name, plan) == expected(run.batches)
+        phase.join(60)
