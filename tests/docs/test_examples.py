@@ -101,7 +101,7 @@ def test_every_page_is_collected() -> None:
     assert len([p for p in PAGES if p.parent.name == "guides"]) >= 10
 
 
-_SKIP = re.compile(r'<!-- skip: next "(?P<reason>[^"]*)" -->')
+_SKIP = re.compile(r'^<!-- skip: next "(?P<reason>[^"]*)" -->', re.M)
 _RUNS_AS = re.compile(r"^runs as (?P<file>tests/[\w/]+\.py)::(?P<test>test_\w+) \(.+\)$")
 
 
