@@ -4,6 +4,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,15 @@ def pytest_configure(config: pytest.Config) -> None:
     interval = switch_interval_from_env()
     if interval is not None:
         sys.setswitchinterval(interval)
+    # Under pytest-xdist (scripts/test runs the main run on several processes) each test process
+    # gets a temporary folder of its own, inherited by every worker, supervisor and Spark it
+    # starts: the state backend's default folder (<temp dir>/spark-storm-state/<topology>) and
+    # the local clusters' folders are then never shared by two tests running at once.
+    xdist_worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if xdist_worker:
+        own = tempfile.mkdtemp(prefix=f"spark-storm-tests-{xdist_worker}-")
+        os.environ["TMPDIR"] = own
+        tempfile.tempdir = None
 
 
 def pytest_report_header(config: pytest.Config) -> str:
