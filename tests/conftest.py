@@ -47,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         own = tempfile.mkdtemp(prefix=f"spark-storm-tests-{xdist_worker}-")
         os.environ["TMPDIR"] = own
         tempfile.tempdir = None
+        config.add_cleanup(lambda: shutil.rmtree(own, ignore_errors=True))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
