@@ -2,8 +2,9 @@
 
 :func:`worker_command` is the ``spark-storm worker`` command line, :func:`launch_worker`
 starts it (a session of its own, output to a log), :func:`stop_workers` stops workers
-(SIGTERM to each group, then SIGKILL what is left at the deadline, after its thread stacks
-went to its log).  The supervisor and the local cluster both run their workers through them.
+(SIGTERM to each worker, then SIGKILL what is left at the deadline, after its thread stacks
+went to its log, and to whatever its bolts left in its group).  The supervisor and the local
+cluster both run their workers through them.
 
 ``python -m spark_storm.cluster.launch --parent PID -- COMMAND...`` asks Linux to send the
 process SIGTERM when its parent (the supervisor thread that started it) dies
@@ -84,14 +85,19 @@ def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
 
 
 def stop_workers(procs: Mapping[Any, subprocess.Popen[bytes]], timeout: float) -> tuple[dict[Any, int], list[Any]]:
-    """SIGTERM every worker's group (an ordered shutdown), wait, then SIGKILL what is left at the deadline.
+    """SIGTERM every worker (an ordered shutdown), wait, then SIGKILL what is left of its group.
 
-    A worker still running at the deadline first gets SIGUSR1 (its thread stacks go to its
-    log), then SIGKILL.  Returns every worker's exit code, and which had to be killed.
+    The SIGTERM goes to the worker alone, not its group: its multilang children must go on
+    until the worker's shutdown has drained what they hold (their emits reach the bolts
+    after them), and the worker closes them itself.  A worker still running at the deadline
+    first gets SIGUSR1 (its thread stacks go to its log), then SIGKILL; every group then gets
+    SIGKILL, for whatever a worker left in it.  Returns every worker's exit code, and which had
+    to be killed.
     """
     for proc in procs.values():
         if proc.poll() is None:
-            _signal_group(proc, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + timeout
     codes: dict[Any, int] = {}
     killed: list[Any] = []

@@ -241,6 +241,10 @@ class ShellBolt(Bolt):
             self._run(proc)
 
     # ------------------------------------------------------------------ the bolt API
+    def in_flight(self) -> int:
+        """Tuples queued for the child or sent to it and not yet acked or failed by it."""
+        return len(self._outbox) + len(self._inflight)
+
     def execute(self, tup: Tuple) -> None:
         if not self._outbox.put_tuple((str(next(self._ids)), tup)):
             self.collector.fail(tup)  # closing: nobody will process it

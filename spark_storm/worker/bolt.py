@@ -128,6 +128,16 @@ class Bolt(abc.ABC):
     def cleanup(self) -> None:  # noqa: B027 - optional hook
         """Release resources; called once at shutdown."""
 
+    def in_flight(self) -> int:
+        """Tuples ``execute`` took and this bolt has not finished with yet (called from any thread).
+
+        None for a bolt that finishes each tuple inside ``execute``.  A bolt that hands tuples
+        to another process or thread (a multilang child) counts them here: the worker's
+        ordered shutdown waits until none is left before it stops the bolts downstream, so
+        what they emit last still reaches them.
+        """
+        return 0
+
 
 class PassThroughBolt(Bolt):
     """The default bolt of a source: emits each tuple unchanged on the default stream."""

@@ -31,7 +31,7 @@ from spark_storm.reports import ExecutorMetrics, WindowMetrics
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
-from spark_storm.worker.bolt import TopologyContext
+from spark_storm.worker.bolt import Bolt, TopologyContext
 from spark_storm.worker.checkpoint import ExecutorCheckpoints, NoAlignment
 from spark_storm.worker.collectors import BatchCollector, TaskCollector
 from spark_storm.worker.emitter import Emitter
@@ -121,9 +121,16 @@ class Executor:
 
     @property
     def idle(self) -> bool:
-        """Nothing queued, and everything taken from the queue has been processed."""
+        """Nothing queued, everything taken from the queue processed, and no bolt still working on a tuple.
+
+        The last: a multilang bolt's child may hold tuples its ``execute`` queued (``Bolt.in_flight``).
+        """
         q = self.queue
-        return len(q) == 0 and q.consumed == self._done
+        return (
+            len(q) == 0
+            and q.consumed == self._done
+            and not any(b.in_flight() for b in self.bolts.values() if isinstance(b, Bolt))
+        )
 
     @property
     def busy(self) -> bool:

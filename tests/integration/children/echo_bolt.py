@@ -3,7 +3,8 @@
 Each tuple (key, n) is emitted anchored as (key, n) and acked.  Keys that misbehave on
 purpose: ``hang`` (stops answering, heartbeats too), ``garbage`` (writes a line that is not
 a message), ``exit`` (says why on stderr, exits 3), ``fail`` (fails the tuple), ``error``
-(reports an error, then acks).  ``--serializer msgpack`` speaks pystorm's msgpack.
+(reports an error, then acks).  ``--serializer msgpack`` speaks pystorm's msgpack;
+``--delay-ms N`` takes N ms over each tuple (a slow child).
 Ticks are acked; heartbeats answered with sync.
 """
 
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 MSGPACK = "--serializer" in sys.argv and sys.argv[sys.argv.index("--serializer") + 1] == "msgpack"
+DELAY_S = float(sys.argv[sys.argv.index("--delay-ms") + 1]) / 1000 if "--delay-ms" in sys.argv else 0.0
 out = sys.stdout.buffer
 inp = sys.stdin.buffer
 
@@ -82,5 +84,7 @@ while True:
         continue
     if key == "error":
         send({"command": "error", "msg": "an error on purpose"})
+    if DELAY_S:
+        time.sleep(DELAY_S)
     send({"command": "emit", "anchors": [msg["id"]], "tuple": msg["tuple"], "need_task_ids": False})
     send({"command": "ack", "id": msg["id"]})
