@@ -38,6 +38,7 @@ from spark_storm.messaging import (
 from spark_storm.messaging.api import REQUEST_FAILED, REQUEST_OK, REQUEST_UNHANDLED
 from spark_storm.messaging.handshake import NO_SECRET, WRONG_SECRET, refused
 from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.netutil import free_ports
 from spark_storm.transport import TRANSPORT_ALIASES, make_context, resolve_transport
 from spark_storm.transport._server import IOThreadServer
 from tests.support import wait_until
@@ -265,11 +266,24 @@ def test_term_closes_every_connection(net: Net) -> None:
         sctx.bind(TOPO, 0)
 
 
-def test_status_connecting_then_ready_then_closed_and_early_sends_arrive(net: Net) -> None:
-    sctx, cctx = net.pair()
+def _unbound_port(net: Net, sctx: IContext) -> int:
+    """A port no server holds yet, for a client that connects before its server binds.
+
+    TCP ports come from below the ephemeral range (free_ports): a port bind(0) hands out
+    there may be taken by another process's outgoing connection before the server binds it
+    ("Address already in use" in the parallel test run).  Other transports' ports are names.
+    """
+    if net.variant in ("tcp", "tcp-tls", "zmq"):
+        return free_ports(1)[0]
     probe = sctx.bind(TOPO, 0)
     port = probe.port
     probe.close()
+    return port
+
+
+def test_status_connecting_then_ready_then_closed_and_early_sends_arrive(net: Net) -> None:
+    sctx, cctx = net.pair()
+    port = _unbound_port(net, sctx)
     client = cctx.connect(TOPO, "127.0.0.1", port)
     assert client.status is ConnectionStatus.CONNECTING
     client.send(_msgs(1, 10))  # held until the server exists
@@ -379,9 +393,7 @@ def test_drop_policy_drops_and_counts_above_the_bound(net: Net) -> None:
         storm__messaging__tcp__buffer__high__watermark=2000,
         storm__messaging__tcp__buffer__low__watermark=1000,
     )
-    probe = sctx.bind(TOPO, 0)
-    port = probe.port
-    probe.close()
+    port = _unbound_port(net, sctx)
     client = cctx.connect(TOPO, "127.0.0.1", port)
     for k in range(50):
         client.send(_msgs(1, 10, 10 * k))  # never blocks: no server, so drops
