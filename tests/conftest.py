@@ -17,6 +17,7 @@ from spark_storm.tools.spark_standalone import SparkStandalone
 from spark_storm.tools.zookeeper_server import ZooKeeperServer
 from spark_storm.worker.settings import SWITCH_INTERVAL_ENV, switch_interval_from_env
 from tests.support import ROOT
+from tests.support.browser import chromium
 from tests.support.tls import Pki, make_pki
 
 # With CI=true a skip no install can fix stays a skip; any other fails (tests/support/skips.py).
@@ -128,29 +129,10 @@ def tls_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 @pytest.fixture
 def browser() -> Iterator[Any]:
     """Debian's chromium, headless, driven by selenium through chromium-driver (the UI's browser tests)."""
-    chromium = shutil.which("chromium")
-    driver_path = shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip(
-            "needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (scripts/test does)"
-        )
+    driver = chromium()
     if not (ROOT / "spark_storm" / "ui" / "static" / "vendor" / "uPlot.iife.min.js").exists():
+        driver.quit()
         pytest.fail("uPlot is missing: run scripts/fetch-ui-assets (scripts/setup does)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,1900",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from urllib.parse import urldefrag, urlsplit
 import pytest
 
 from tests.support import ROOT, wait_until
+from tests.support.browser import chromium
 
 pytestmark = pytest.mark.browser
 
@@ -89,30 +89,8 @@ def base_url(site: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def site_browser() -> Iterator[Any]:
     """Chromium as the UI's browser tests start it, plus its console log and no host but loopback."""
-    chromium = shutil.which("chromium")
-    driver_path = shutil.which("chromedriver")
-    if chromium is None or driver_path is None:
-        pytest.skip(
-            "needs Debian's chromium and chromium-driver: apt-get install chromium chromium-driver (scripts/test does)"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,1900",
-        # every other host fails at once, the same with and without a network
-        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(30)
+    # every other host fails at once, the same with and without a network
+    driver = chromium("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", console_log=True)
     yield driver
     driver.quit()
 
