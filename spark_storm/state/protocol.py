@@ -284,9 +284,9 @@ class Coordinator:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def status(self) -> dict[str, WorkerStatus]:
-        """STATUS from every worker."""
-        answers = self._all(STATUS, {}, self._request_timeout_s)
+    def status(self, workers: set[str] | None = None) -> dict[str, WorkerStatus]:
+        """STATUS from every worker (or from ``workers``)."""
+        answers = self._all(STATUS, {}, self._request_timeout_s, workers)
         return {w: WorkerStatus.of(w, a) for w, a in answers.items()}
 
     # --- a round -------------------------------------------------------------------------------
@@ -492,9 +492,13 @@ class Coordinator:
         """PAUSE every worker at ``generation``: executors idle, in-flight work dropped (no RESUME yet)."""
         self._all(PAUSE, {"generation": generation}, self._request_timeout_s)
 
-    def resume(self, epoch: int, generation: int) -> None:
-        """RESUME every worker paused at ``generation`` from committed epoch ``epoch`` (their logs replay)."""
-        self._all(RESUME, {"epoch": epoch, "generation": generation}, self._request_timeout_s)
+    def resume(self, epoch: int, generation: int, workers: set[str] | None = None) -> None:
+        """RESUME every worker (or ``workers``) paused at ``generation`` from committed epoch ``epoch``.
+
+        Their input logs replay.  The RESUMEs go out together, but a worker may run (and send
+        its replay's output to a peer) well before that peer's RESUME arrives.
+        """
+        self._all(RESUME, {"epoch": epoch, "generation": generation}, self._request_timeout_s, workers)
 
     def prepare(self, epoch: int, generation: int) -> dict[str, dict[str, Any]]:
         """PREPARE ``epoch`` on every worker (a round's first phase alone); return their answers.

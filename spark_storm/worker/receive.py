@@ -288,9 +288,14 @@ class Receiver:
         if reroute:
             host.reroute([item for item, _ in reroute], [weight for _, weight in reroute])
             published += sum(weight for _, weight in reroute)
+        # A paused worker's executors take nothing until its RESUME, which needs the gate this
+        # thread holds: waiting for room here would hold the RESUME off for good (D11: a peer
+        # resumed first and sent its replay's output). So while paused, queues take what comes
+        # past their capacity; the PAUSE before emptied them, and the RESUME's executors drain it.
+        wait = not (isinstance(checkpoints, CheckpointManager) and checkpoints.paused)
         for item, weight in broadcast:
             for queue in host.all_queues():
-                if not queue.publish([item], [weight]):  # its executor stopped (a refresh moved it)
+                if not queue.publish([item], [weight], wait=wait):  # its executor stopped (a refresh moved it)
                     host.data_lost(
                         f"a broadcast of {weight} tuples for a stopped executor ({queue.name})",
                         task=BROADCAST_TASK,
@@ -298,7 +303,7 @@ class Receiver:
                         anchors=anchors_of(item[1]),
                     )
         for queue, items_, weights in publish.values():
-            if not queue.publish(items_, weights):  # its executor stopped (a refresh moved it)
+            if not queue.publish(items_, weights, wait=wait):  # its executor stopped (a refresh moved it)
                 host.reroute(items_, weights)
         with self._lock:  # several receive threads (and the transfer thread's deliver_local) count here
             self.counters["tuples_in"] += published

@@ -177,6 +177,40 @@ def test_a_coordinator_that_died_between_pause_and_resume_leaves_nothing_stuck(t
         assert run.state() == expected(run.batches)
 
 
+def test_a_worker_resumed_first_cannot_hold_off_a_peer_whose_queues_its_replay_fills(tmp_path: Path) -> None:
+    """One worker RESUMEs well before the other (D11): its replay's output fills the paused peer's queues.
+
+    The peer's executors take nothing until its own RESUME, and that RESUME needs the input
+    logs' gate.  A receive thread waiting under the gate for room in a paused executor's
+    queue held the RESUME (and every STATUS after it) off for good; the paused worker's
+    queues now take what comes past their capacity until the RESUME drains them.
+    """
+    with Ledger(tmp_path, conf={"topology.executor.receive.buffer.size": 64}) as run:
+        run.feed(0)
+        run.commit(0)
+        statuses = run.coordinator.status()
+        generation = max(s.generation for s in statuses.values()) + 1
+        committed = max(s.committed for s in statuses.values())
+        run.coordinator.pause(generation)
+        run.feed(1, 1200)  # logged while paused; each worker's replay publishes its share
+        first, late = str(run.cluster.slots[0]), 1
+        run.coordinator.resume(committed, generation, workers={first})
+
+        def late_queues_full() -> bool:
+            queues = [e["queue"] for e in run.health(late).get("executors", {}).values()]
+            return any(q["overflow"] > 0 or q["population"] > q["capacity"] for q in queues)
+
+        wait_until(late_queues_full, what="the first worker's replay filling the paused worker's queues", timeout=60)
+        started = time.monotonic()
+        run.coordinator.resume(committed, generation, workers={str(run.cluster.slots[late])})
+        assert time.monotonic() - started < 30
+        statuses = run.coordinator.status()
+        assert not any(s.dirty for s in statuses.values()), statuses
+        result = run.commit(1)
+        assert result.rolled_back_to is None
+        assert run.state() == expected(run.batches)
+
+
 def test_a_restarted_worker_behind_the_generation_gets_its_groups_acked_without_a_resend(tmp_path: Path) -> None:
     """A worker restarted after a rollback is at generation 0; its peers drop its tuples as stale.
 
