@@ -166,6 +166,41 @@ class TaskCollector(_AckingCollector, OutputCollector):
         if not own:
             emitter.flush()
 
+    def forward(self, tuples: list[Tuple]) -> int:
+        """Emit each tuple's values on the default stream and ack it, as :class:`PassThroughBolt` does.
+
+        The executor's path for the built-in pass-through (every source without a bolt of its
+        own runs one): the emits go straight into the executor's emitter, with no call per
+        tuple.  It stops at the first tuple it does not take (tracked, a tick, values of
+        another arity, or off the executor's thread) and returns how many it took, in order;
+        the caller runs the rest through ``execute``.
+        """
+        route = self._routes.get(DEFAULT_STREAM)
+        if route is None or route.direct or threading.get_ident() != self._emitter.owner:
+            return 0
+        arity = route.arity
+        choose = route.choose
+        task = self._task
+        rows = self._emitter.rows
+        outs: dict[int, list[list[Any]]] = {}  # destination -> its rows in ``rows``
+        taken = 0
+        for tup in tuples:
+            values = tup.values
+            if tup.anchors or type(values) is not list or len(values) != arity or tup.source.is_tick:
+                break
+            for dest in choose(values):
+                out = outs.get(dest)
+                if out is None:
+                    key = (task, DEFAULT_STREAM, dest)
+                    out = rows.get(key)
+                    if out is None:
+                        out = rows[key] = []
+                    outs[dest] = out
+                out.append(values)
+            taken += 1
+        self._stats.acked += taken
+        return taken
+
     def emit_direct(
         self,
         task: int,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch, batch_from_rows, rows_of
@@ -31,7 +31,7 @@ from spark_storm.reports import ExecutorMetrics, WindowMetrics
 from spark_storm.topology.assignment import ExecutorSpec
 from spark_storm.topology.windows import window_spec
 from spark_storm.worker.acker import batch_edge, row_edges
-from spark_storm.worker.bolt import Bolt, TopologyContext
+from spark_storm.worker.bolt import Bolt, PassThroughBolt, TopologyContext
 from spark_storm.worker.checkpoint import ExecutorCheckpoints, NoAlignment
 from spark_storm.worker.collectors import BatchCollector, TaskCollector
 from spark_storm.worker.emitter import Emitter
@@ -81,6 +81,8 @@ class Executor:
         self.bolts: dict[int, Any] = {t: bolt_cls() for t in spec.tasks}
         self.stats: dict[int, TaskStats] = {t: TaskStats() for t in spec.tasks}
         self.collectors: dict[int, Any] = {}
+        #: Tasks running the built-in PassThroughBolt: their collector's ``forward`` takes a whole list.
+        self._forward: dict[int, Callable[[list[Tuple]], int]] = {}
         #: The window engines of windowed tasks (Storm's WindowedBoltExecutor): they take the
         #: task's input and call the bolt's execute_window.  Set whole once prepared.
         self.windows: dict[int, WindowEngine[Any]] = {}
@@ -156,6 +158,8 @@ class Executor:
             )
             collector = self._make_collector(task)
             self.collectors[task] = collector
+            if type(bolt) is PassThroughBolt and isinstance(collector, TaskCollector):
+                self._forward[task] = collector.forward
             if isinstance(bolt, (WindowedBolt, WindowedBatchBolt)):
                 windows[task] = engine = window_engine(bolt, self.conf, ctx, collector)
                 collector = engine.anchoring
@@ -305,6 +309,20 @@ class TupleExecutor(Executor):
     def _run_tuples(self, task: int, tuples: list[Tuple], tick: bool = False) -> None:
         if not tuples:
             return
+        forward = self._forward.get(task)
+        if forward is not None and not tick:
+            start = _now()
+            taken = forward(tuples)
+            if taken:
+                stats = self.stats[task]
+                spent = _now() - start
+                stats.busy_s += spent
+                stats.executed += taken
+                stats.batches += 1
+                stats.sample(spent / taken)
+                if taken == len(tuples):
+                    return
+                tuples = tuples[taken:]
         engine = self.windows.get(task)
         execute = self.bolts[task].execute if engine is None else engine.execute
         stats = self.stats[task]

@@ -267,6 +267,54 @@ def test_emits_leave_as_one_message_per_destination_task_and_local_ones_as_one_i
     assert mid.stats[3].emitted == 60
 
 
+def test_the_pass_through_forwards_a_list_as_its_execute_would_tuple_by_tuple() -> None:
+    """The executor's forward path for PassThroughBolt: same emits, acks, order and counts as ``execute``.
+
+    Untracked tuples go in one call; a tracked tuple and values of the wrong arity go
+    through ``execute`` (the wrong arity is the bolt's error, as before), and what follows
+    them goes on in order.
+    """
+
+    class Tracker:
+        def ack(self) -> None:  # pragma: no cover - trees stay open here
+            pass
+
+        def fail(self) -> None:  # pragma: no cover
+            pass
+
+    def run(forward: bool) -> tuple[dict[Any, list[list[Any]]], dict[Any, Any], dict[int, list[Any]], tuple[int, ...]]:
+        w = World()
+        try:
+            mid = next(e for s, e in w.state.executors.items() if s.component == "mid")  # mid[3] on A
+            assert isinstance(mid, TupleExecutor)
+            mid.emitter.owner = threading.get_ident()
+            mid._prepare()
+            assert (3 in mid._forward) is True
+            if not forward:
+                mid._forward.clear()
+            source = w.state.source_of(2, "default")
+            root, edge = w.state.acker.root(Tracker())  # type: ignore[arg-type]
+            tracked = Tuple(["k1", 100], source)
+            tracked.anchors = [(w.state.worker_id, root, edge)]
+            tuples = [Tuple(v, source) for v in _rows(30)] + [tracked, Tuple(["short"], source)]
+            tuples += [Tuple(v, source) for v in _rows(12)]
+            mid.process([(3, tuples)])
+            rows = {k: [list(v) for v in vs] for k, vs in mid.emitter.rows.items()}
+            anchors = {k: [list(a) for a in vs] for k, vs in mid.emitter.anchors.items()}
+            acks = {k: list(v) for k, v in mid.emitter.acks.items()}
+            stats = mid.stats[3]
+            return rows, anchors, acks, (stats.executed, stats.acked, stats.errors)
+        finally:
+            w.close()
+
+    fast, slow = run(True), run(False)
+    assert fast[0] == slow[0]  # the same rows to the same destinations, in the same order
+    assert fast[2].keys() == slow[2].keys()  # the tracked tuple's ack goes out either way
+    assert [len(v) for v in fast[1].values()] == [len(v) for v in slow[1].values()]
+    assert fast[3] == slow[3] == (44, 43, 1)
+    assert sum(len(v) for v in fast[0].values()) == 43
+
+
 def test_a_batch_becomes_rows_and_rows_a_batch_with_the_tree_kept_whole(world: World) -> None:
     acker = world.state.acker
     done: list[int] = []
