@@ -31,6 +31,7 @@ Roots on other workers are updated with small messages to the reserved task id
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -56,6 +57,7 @@ __all__ = [
     "child_anchors",
     "fail_ops",
     "new_edge",
+    "one_child",
     "row_edges",
     "split_edges",
     "worker_id",
@@ -76,7 +78,12 @@ TOUCHED: Final = (-1, -1)
 #: ``sink(worker_id, op)``: where an acker update goes (the executor batches them per worker).
 OpSink = Callable[[int, list[Any]], None]
 
-_rng = random.SystemRandom()
+#: Edge and root ids: Mersenne Twister seeded from the OS (as Storm's acker uses a
+#: java.util.Random), 15 times cheaper per id than SystemRandom's read of os.urandom, and
+#: every tracked emit draws one.  ``getrandbits`` is one C call under the GIL, so threads
+#: share it safely; a forked child reseeds, so parent and child never draw the same ids.
+_rng = random.Random()
+os.register_at_fork(after_in_child=_rng.seed)
 
 
 def new_edge() -> int:
@@ -269,6 +276,8 @@ def child_anchors(parents: Sequence[Any], workers: Sequence[int]) -> list[list[A
     child's edge, acked with the parent); ``workers``: per copy, the id of the worker it
     goes to (-1: this one).  Returns one anchor list per copy, or None when no parent is tracked.
     """
+    if len(parents) == 1 and len(workers) == 1 and len(parents[0].anchors) == 1:
+        return [one_child(parents[0], workers[0])]
     if not any(p.anchors for p in parents):
         return None
     touched = frozenset(w for w in workers if w >= 0)
@@ -290,6 +299,20 @@ def child_anchors(parents: Sequence[Any], workers: Sequence[int]) -> list[list[A
                 child[key] = child.get(key, 0) ^ edge
         trees.append([(s, r, e) for (s, r), e in child.items()])
     return trees
+
+
+def one_child(parent: Any, worker: int) -> list[Anchor]:
+    """:func:`child_anchors` of one copy of a parent in exactly one tree: the common emit, in fewer steps."""
+    ((owner, root, _edge),) = parent.anchors
+    edge = new_edge()
+    pending = parent.pending
+    if pending is None:
+        pending = parent.pending = {}
+    if worker >= 0:
+        pending[TOUCHED] = pending.get(TOUCHED, frozenset()) | {worker}
+    key = (owner, root)
+    pending[key] = pending.get(key, 0) ^ edge
+    return [(owner, root, edge)]
 
 
 def ack_ops(item: Any, sink: OpSink) -> None:

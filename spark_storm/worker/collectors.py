@@ -22,7 +22,7 @@ from spark_storm.codec.tuples import NO_ANCHORS, Tuple
 from spark_storm.errors import ConfigError, WireFormatError
 from spark_storm.topology.grouping import Grouper, make_grouper
 from spark_storm.topology.model import DEFAULT_STREAM, Component
-from spark_storm.worker.acker import ack_ops, child_anchors, fail_ops
+from spark_storm.worker.acker import ack_ops, child_anchors, fail_ops, one_child
 from spark_storm.worker.bolt import BatchOutputCollector, OutputCollector
 from spark_storm.worker.emitter import Emitter
 from spark_storm.worker.stats import TaskStats
@@ -147,6 +147,8 @@ class TaskCollector(_AckingCollector, OutputCollector):
         emitter, own = self._emitter_here()
         if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
             trees = None  # untracked: the common case, no tree bookkeeping at all
+        elif type(anchors) is Tuple and len(targets) == 1 and len(anchors.anchors) == 1:
+            trees = [one_child(anchors, self._host.remote_worker_of(targets[0]))]  # tracked: the common case
         else:
             remote = self._host.remote_worker_of
             trees = child_anchors(_parents(anchors), [remote(dest) for dest in targets])

@@ -54,3 +54,44 @@ def test_a_lost_peer_fails_only_the_trees_that_passed_through_it() -> None:
     assert acker.failed_on_peer_loss == 1
     acker.update(root_b, child_b)  # the other trees still complete
     assert through_1 == [PROCESSED]
+
+
+def test_one_child_gives_the_anchors_and_pending_edges_child_anchors_gives() -> None:
+    """The single-parent, single-copy emit path draws the same ids into the same places."""
+    import random
+
+    from spark_storm.codec.tuples import Tuple, TupleSource
+    from spark_storm.worker import acker
+
+    source = TupleSource("c", 1, "default", ["v"])
+    for worker in (-1, 7):
+        fast, slow = Tuple([1], source), Tuple([1], source)
+        fast.anchors = slow.anchors = [(3, 99, 5)]
+        for tup in (fast, slow):  # an earlier child already touched worker 4
+            tup.pending = {(3, 99): 11, acker.TOUCHED: frozenset({4})}
+        saved = acker._rng
+        try:
+            acker._rng = random.Random(1)
+            got = acker.one_child(fast, worker)
+            acker._rng = random.Random(1)
+            want = acker.child_anchors([slow, Tuple([2], source)], [worker])  # the general path
+        finally:
+            acker._rng = saved
+        assert want is not None
+        assert got == want[0]
+        assert fast.pending == slow.pending
+
+
+def test_edge_ids_differ_in_a_forked_child() -> None:
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, new_edge().to_bytes(8, "big"))
+        os._exit(0)
+    os.close(write)
+    child = int.from_bytes(os.read(read, 8), "big")
+    os.waitpid(pid, 0)
+    os.close(read)
+    assert child != new_edge()
