@@ -108,7 +108,12 @@ def test_cluster_page_and_topology_buttons_in_a_browser(
         what="assignment v2 with 2 slots",
         timeout=30,
     )
-    assert "rebalance wordcount: success" in browser.find_element("id", "message").text
+    # The page writes its message when the POST's answer arrives, which may be after nimbus wrote v2
+    wait_until(
+        lambda: "rebalance wordcount: success" in browser.find_element("id", "message").text,
+        what="the page's message that the rebalance succeeded",
+        timeout=30,
+    )
     running_workers(daemons, state, "wordcount", 2)
     wait_until(lambda: _stat(browser, "assignment") == "v2", what="the page to show v2", timeout=30)
     wait_until(lambda: _stat(browser, "workers") == "2 of 2", what="the page to show 2 of 2 workers", timeout=30)

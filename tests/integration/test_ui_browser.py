@@ -122,7 +122,10 @@ def test_topology_page_counts_chart_and_deactivate_activate(ui_cluster: UICluste
     _press(browser, "btn-activate")
     wait_until(lambda: _page_executed(browser) == dict.fromkeys(COMPONENTS, 1100), what="1100 executed on the page")
     assert _status(browser) == "ACTIVE"
-    assert "activate pipeline: success" in browser.find_element("id", "message").text
+    wait_until(  # written when the POST's answer arrives, which the page's polling need not wait for
+        lambda: "activate pipeline: success" in browser.find_element("id", "message").text,
+        what="the page's message that the activation succeeded",
+    )
     wait_until(
         lambda: browser.execute_script(
             "return window.sparkStormCharts.get('stage2').plot.data[1].slice(-8).some(v => v > 0);"
