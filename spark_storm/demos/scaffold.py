@@ -104,21 +104,42 @@ def acked(healths: list[WorkerMetrics]) -> tuple[Counter[str], int]:
     return per, depth
 
 
-def stop_between_batches(query: Any, listener: Sent, timeout: float = 60.0) -> bool:
+def stop_between_batches(
+    query: Any,
+    listener: Sent,
+    timeout: float = 60.0,
+    finish: Callable[[], Any] | None = None,
+    finish_timeout: float = 300.0,
+) -> bool:
     """Stop when no micro-batch is running, then wait for the listener to hear of the last one.
 
     Spark delivers progress events to listeners asynchronously: right after ``stop()`` the
     last batch's rows may not be counted yet, and the exact counts would be of fewer rows.
-    Return False when a batch was still running at the deadline (it was stopped mid-batch).
+    While every micro-batch runs behind its trigger there is no moment between two of them
+    (a loaded machine): then the stop cuts one, and ``finish`` starts the same query again
+    from its checkpoint with an ``availableNow`` trigger.  Spark runs the cut batch again
+    (the workers ack the groups they logged already, once) and stops between two batches.
+    ``timeout`` bounds the wait for a moment between batches, ``finish_timeout`` the second
+    run and the wait for the listener.  Return False when a batch was cut and not finished
+    (no ``finish``, or it failed).
     """
     deadline = time.monotonic() + timeout
     while query.status.get("isTriggerActive") and time.monotonic() < deadline:
         time.sleep(0.01)
     between = not query.status.get("isTriggerActive")
     query.stop()
+    if not between and finish is not None:
+        print("the stop cut a micro-batch: running the query once more to finish it ...", flush=True)
+        query = finish()
+        try:
+            between = bool(query.awaitTermination(finish_timeout)) and query.exception() is None
+        except Exception as exc:  # the query failed: Spark's StreamingQueryException, whatever its class
+            print(f"the query did not finish the cut micro-batch: {exc}", flush=True)
+            between = False
+        query.stop()
     last = query.lastProgress
     target = int(last["batchId"]) if last else -1
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + finish_timeout
     while listener.last_batch_id < target and time.monotonic() < deadline:
         time.sleep(0.01)
     return between
@@ -165,19 +186,27 @@ def logs_line(cluster: LocalCluster, codes: dict[Any, int]) -> str:
 
 
 def wind_down(
-    query: Any, spark: Any, listener: Sent, cluster: Workers, killed: bool, answer: Callable[[], _T], what: str
+    query: Any,
+    spark: Any,
+    listener: Sent,
+    cluster: Workers,
+    killed: bool,
+    answer: Callable[[], _T],
+    what: str,
+    finish: Callable[[], Any] | None = None,
 ) -> tuple[bool, _T | None, int]:
     """End a demo's stream: stop the query between two micro-batches, let Spark compute the answer, drain.
 
     ``answer`` computes with Spark what the topology should have made of the rows sent
-    (``what`` names it in the progress line); it runs only when rows were sent.  Returns
-    whether the query stopped between micro-batches, the answer (None when nothing was
-    sent or Spark never started), and the rows the entry bolts acked.
+    (``what`` names it in the progress line); it runs only when rows were sent.  ``finish``
+    starts the query again to finish a micro-batch the stop cut (:func:`stop_between_batches`).
+    Returns whether the query stopped between micro-batches, the answer (None when nothing
+    was sent or Spark never started), and the rows the entry bolts acked.
     """
     between = True
     if query is not None:
         print("stopping the query between two micro-batches ...", flush=True)
-        between = stop_between_batches(query, listener)
+        between = stop_between_batches(query, listener, finish=finish)
     result: _T | None = None
     if spark is not None and listener.rows:
         print(f"Spark counts {what} ...", flush=True)

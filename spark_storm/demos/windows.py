@@ -84,18 +84,21 @@ def _start_query(
     cluster: LocalCluster,
     work: Path,
     listener: Sent,
+    finish: bool = False,
 ) -> Any:
+    """Start the stream (``finish``: again, from its checkpoint, until what is available now is done)."""
     df = spark.readStream.format("rate").option("rowsPerSecond", rate).load()
     df = df.select(*_sentences("value", corpus, start_ms, rate))
-    spark.streams.addListener(listener)
-    query = (
+    writer = (
         df.writeStream.format("storm")
         .option("topology", str(topo))
         .option("workers", cluster.workers_arg)
         .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(processingTime=f"{TRIGGER_S:g} second")
-        .start()
     )
+    if finish:
+        return writer.trigger(availableNow=True).start()  # the same query id: the listener follows it
+    spark.streams.addListener(listener)
+    query = writer.trigger(processingTime=f"{TRIGGER_S:g} second").start()
     listener.query_id = str(query.id)
     return query
 
@@ -272,6 +275,7 @@ def run_windows_demo(
             killed,
             lambda: _spark_windows(spark, corpus, listener.rows, start_ms, rate, window_s),
             "the words of the same sentences per window",
+            lambda: _start_query(spark, corpus, rate, start_ms, topo_path, cluster, work, listener, finish=True),
         )
         if spark is not None:
             spark.stop()

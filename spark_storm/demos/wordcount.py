@@ -70,7 +70,10 @@ def _topology(work: Path, arrow: bool) -> Path:
     return path
 
 
-def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str], work: Path, listener: Sent) -> Any:
+def _start_query(
+    spark: Any, corpus: list[str], rate: int, target: dict[str, str], work: Path, listener: Sent, finish: bool = False
+) -> Any:
+    """Start the stream (``finish``: again, from its checkpoint, until what is available now is done)."""
     from pyspark.sql import functions as F
 
     sentences = F.array(*[F.lit(s) for s in corpus])
@@ -80,14 +83,11 @@ def _start_query(spark: Any, corpus: list[str], rate: int, target: dict[str, str
         .load()
         .select(F.element_at(sentences, (F.col("value") % len(corpus) + 1).cast("int")).alias("sentence"))
     )
+    writer = df.writeStream.format("storm").options(**target).option("checkpointLocation", str(work / "checkpoint"))
+    if finish:
+        return writer.trigger(availableNow=True).start()  # the same query id: the listener follows it
     spark.streams.addListener(listener)
-    query = (
-        df.writeStream.format("storm")
-        .options(**target)
-        .option("checkpointLocation", str(work / "checkpoint"))
-        .trigger(processingTime=f"{TRIGGER_S:g} second")
-        .start()
-    )
+    query = writer.trigger(processingTime=f"{TRIGGER_S:g} second").start()
     listener.query_id = str(query.id)
     return query
 
@@ -194,7 +194,14 @@ def run_demo(
         killed = _stream(query, cluster, listener, seconds, kill_worker)
     finally:
         between, exact, processed = wind_down(
-            query, spark, listener, cluster, killed, lambda: _exact_counts(spark, corpus, listener.rows), WORDS
+            query,
+            spark,
+            listener,
+            cluster,
+            killed,
+            lambda: _exact_counts(spark, corpus, listener.rows),
+            WORDS,
+            lambda: _start_query(spark, corpus, rate, target, work, listener, finish=True),
         )
         if spark is not None:
             spark.stop()
@@ -287,7 +294,14 @@ def _run_on_spark(
             killed = _stream(query, hosted, listener, seconds, kill_worker)
         finally:
             between, exact, processed = wind_down(
-                query, spark, listener, hosted, killed, lambda: _exact_counts(spark, corpus, listener.rows), WORDS
+                query,
+                spark,
+                listener,
+                hosted,
+                killed,
+                lambda: _exact_counts(spark, corpus, listener.rows),
+                WORDS,
+                lambda: _start_query(spark, corpus, rate, target, work, listener, finish=True),
             )
             print("stopping the topology and its Spark tasks ...", flush=True)
             topo.stop()

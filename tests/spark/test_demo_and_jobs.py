@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from spark_storm.cluster.local_cluster import LocalCluster
-from tests.support import ROOT, wordcount
+from tests.support import ROOT, wait_until, wordcount
 from tests.support.spark import health, run_notebook, run_wordcount_job
 
 pytestmark = pytest.mark.spark
@@ -45,6 +47,51 @@ def test_the_windows_demo_prints_windows_as_they_close_and_each_equals_sparks() 
     committed = int(out.stdout.split("windows closed and committed: ")[1].split()[0])
     assert committed >= 2
     assert f"windows exact: OK ({committed} windows" in out.stdout
+
+
+def test_a_stop_that_cuts_a_micro_batch_runs_the_query_again_to_finish_it(spark: Any, tmp_path: Path) -> None:
+    """A sink slower than the trigger leaves no moment between two micro-batches (a loaded machine).
+
+    The demos' stop then cuts one; it must start the query again with an availableNow
+    trigger, which runs the cut batch to its end, so that every row Spark reports sent is
+    of a finished batch (test_demo_on_spark.py failed on "stopped mid-batch" under load).
+    """
+    from spark_storm.demos.scaffold import stop_between_batches
+    from spark_storm.spark.progress import Sent
+
+    listener = Sent(1.0)
+    finished: dict[int, int] = {}  # batch id -> rows, for every batch the sink ran to its end
+
+    def slow(df: Any, batch_id: int) -> None:
+        rows = df.count()
+        time.sleep(1.5)
+        finished[batch_id] = rows
+
+    def start(finish: bool = False) -> Any:
+        writer = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 50)
+            .load()
+            .writeStream.foreachBatch(slow)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        )
+        if finish:
+            return writer.trigger(availableNow=True).start()
+        spark.streams.addListener(listener)
+        query = writer.trigger(processingTime="1 second").start()
+        listener.query_id = str(query.id)
+        return query
+
+    query = start()
+    try:
+        wait_until(lambda: listener.batches >= 2, what="two micro-batches with rows", timeout=120)
+        assert stop_between_batches(query, listener, timeout=0.5, finish=lambda: start(finish=True))
+    finally:
+        spark.streams.removeListener(listener)
+        for running in spark.streams.active:
+            running.stop()
+    assert listener.rows == sum(finished.values()) > 0
+    assert listener.last_batch_id == max(finished)
 
 
 def test_the_demo_failure_line_names_worker_logs_that_exist(tmp_path: Path) -> None:
