@@ -118,7 +118,8 @@ def stop_between_batches(
     While every micro-batch runs behind its trigger there is no moment between two of them
     (a loaded machine): then the stop cuts one, and ``finish`` starts the same query again
     from its checkpoint with an ``availableNow`` trigger.  Spark runs the cut batch again
-    (the workers ack the groups they logged already, once) and stops between two batches.
+    (the workers ack the groups they logged already, once) and stops between two batches;
+    for a source without availableNow support (the rate source) it runs that one batch only.
     ``timeout`` bounds the wait for a moment between batches, ``finish_timeout`` the second
     run and the wait for the listener.  Return False when a batch was cut and not finished
     (no ``finish``, or it failed).
