@@ -19,6 +19,7 @@ from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.cluster.state import ClusterState
 from spark_storm.errors import StormError
 from spark_storm.reports import WorkerMetrics
+from spark_storm.spark import jobs
 from spark_storm.spark.deployment import Deployment
 from spark_storm.spark.progress import Sent
 from spark_storm.topology import Plan, Slot, Topology, parse_slots, plan
@@ -115,29 +116,18 @@ def stop_between_batches(
 
     Spark delivers progress events to listeners asynchronously: right after ``stop()`` the
     last batch's rows may not be counted yet, and the exact counts would be of fewer rows.
-    While every micro-batch runs behind its trigger there is no moment between two of them
-    (a loaded machine): then the stop cuts one, and ``finish`` starts the same query again
-    from its checkpoint with an ``availableNow`` trigger.  Spark runs the cut batch again
-    (the workers ack the groups they logged already, once) and stops between two batches;
-    for a source without availableNow support (the rate source) it runs that one batch only.
+    When every micro-batch runs behind its trigger the stop cuts one, and ``finish`` starts
+    the query again to run it to its end (:func:`~spark_storm.spark.jobs.finish_cut_batch`).
     ``timeout`` bounds the wait for a moment between batches, ``finish_timeout`` the second
     run and the wait for the listener.  Return False when a batch was cut and not finished
     (no ``finish``, or it failed).
     """
-    deadline = time.monotonic() + timeout
-    while query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    between = not query.status.get("isTriggerActive")
-    query.stop()
+    between = jobs.stop_between_batches(query, timeout)
     if not between and finish is not None:
         print("the stop cut a micro-batch: running the query once more to finish it ...", flush=True)
-        query = finish()
-        try:
-            between = bool(query.awaitTermination(finish_timeout)) and query.exception() is None
-        except Exception as exc:  # the query failed: Spark's StreamingQueryException, whatever its class
-            print(f"the query did not finish the cut micro-batch: {exc}", flush=True)
-            between = False
-        query.stop()
+        again = jobs.finish_cut_batch(finish, finish_timeout)
+        between = again is not None
+        query = again if again is not None else query
     last = query.lastProgress
     target = int(last["batchId"]) if last else -1
     deadline = time.monotonic() + finish_timeout
