@@ -276,8 +276,6 @@ def child_anchors(parents: Sequence[Any], workers: Sequence[int]) -> list[list[A
     child's edge, acked with the parent); ``workers``: per copy, the id of the worker it
     goes to (-1: this one).  Returns one anchor list per copy, or None when no parent is tracked.
     """
-    if len(parents) == 1 and len(workers) == 1 and len(parents[0].anchors) == 1:
-        return [one_child(parents[0], workers[0])]
     if not any(p.anchors for p in parents):
         return None
     touched = frozenset(w for w in workers if w >= 0)

@@ -178,7 +178,7 @@ class TaskCollector(_AckingCollector, OutputCollector):
         the caller runs the rest through ``execute``.
         """
         route = self._routes.get(DEFAULT_STREAM)
-        if route is None or route.direct or threading.get_ident() != self._emitter.owner:
+        if route is None or threading.get_ident() != self._emitter.owner:
             return 0
         arity = route.arity
         choose = route.choose
