@@ -33,6 +33,7 @@ import abc
 import datetime as dt
 import decimal
 import pickle
+import struct
 import threading
 import zoneinfo
 from typing import Any, ClassVar, Final
@@ -68,6 +69,8 @@ _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_NAIVE: Final = dt.datetime(1970, 1, 1)
 _EPOCH_DATE_ORDINAL: Final = dt.date(1970, 1, 1).toordinal()
 _US: Final = dt.timedelta(microseconds=1)
+#: msgpack's "array 32" header (0xdd, then the count): :meth:`MsgpackSerializer.loads_many` puts it before a run.
+_ARRAY32: Final = struct.Struct(">BI")
 
 
 def _micros(delta: dt.timedelta) -> int:
@@ -217,9 +220,23 @@ class MsgpackSerializer(Serializer):
         return unpack_value(data)
 
     def loads_many(self, payloads: list[bytes]) -> list[Any]:
-        unpackb = msgpack.unpackb
+        """Decode the run as one msgpack array made of the payloads' bytes: one call, not one per payload.
+
+        The array's header announces one value per payload, and ``unpackb`` returns exactly
+        that many or raises (a value that runs past the end, bytes left over).  So payloads
+        that are each one value always decode as they would one by one, and a run with a
+        malformed payload fails as a whole (the caller then finds it one by one).  The one
+        run that passes without being one value per payload is a run whose bytes split into
+        exactly as many values at other places; what it decodes to is then what its bytes
+        hold.  Measured: 0.10 against 0.24 us per 100-byte row (bench/worker.py's rows).
+        """
         try:
-            return [unpackb(p, raw=False, strict_map_key=False, ext_hook=_ext_hook) for p in payloads]
+            return msgpack.unpackb(  # type: ignore[no-any-return]
+                _ARRAY32.pack(0xDD, len(payloads)) + b"".join(payloads),
+                raw=False,
+                strict_map_key=False,
+                ext_hook=_ext_hook,
+            )
         except Exception as exc:  # which payload is bad is for the caller's slow path to say
             msg = f"a batch of {len(payloads)} payloads holds invalid msgpack: {exc}"
             raise WireFormatError(msg) from exc

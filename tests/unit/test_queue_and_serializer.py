@@ -95,6 +95,18 @@ def test_msgpack_roundtrip_and_garbage() -> None:
         s.dumps([object()])
 
 
+def test_a_run_decodes_as_one_by_one_and_any_payload_that_is_not_one_value_fails_it() -> None:
+    s = MsgpackSerializer()
+    values = [[1], ["x" * 300], [dt.datetime(2026, 1, 2, tzinfo=dt.UTC)], [{"k": [1, 2]}, None], []]
+    payloads = [s.dumps(v) for v in values]
+    assert s.loads_many(payloads) == [s.loads(p) for p in payloads] == values
+    assert s.loads_many([]) == []
+    one = s.dumps([1])
+    for bad in (one + b"\x01", one[:-1], b"", b"\xc1"):  # extra bytes, truncated, empty, not msgpack
+        with pytest.raises(WireFormatError, match="invalid msgpack"):
+            s.loads_many([one, bad, one])
+
+
 def test_pickle_needs_permission_and_authentication() -> None:
     with pytest.raises(ConfigError, match=r"allow\.pickle"):
         make_serializer(Config.of({"topology.serializer": "pickle"}))
