@@ -80,3 +80,11 @@ def test_spark_types_cross_workers_unchanged_and_no_worker_dies(spark: Any, tmp_
     ts = got[0][1]
     assert ts.tzinfo is not None  # TimestampType arrives as an aware datetime in the session's zone
     assert isinstance(got[0][7], dict)  # MapType as a dict, as pyspark gives it
+
+
+def test_the_sessions_python_workers_import_the_installed_pyspark_not_its_zip(spark: Any) -> None:
+    from pyspark.sql.functions import udf
+
+    where = udf(lambda _: __import__("pyspark").__file__, "string")
+    found = spark.range(1).select(where("id")).collect()[0][0]
+    assert "pyspark.zip" not in found, f"a Python worker imported pyspark from {found}: it compiles it at every start"
