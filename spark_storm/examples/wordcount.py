@@ -105,8 +105,10 @@ class ReportBolt(Bolt):
         if tup.is_tick:
             self._write()
             return
-        word, count = tup.get("word"), tup.get("count")
-        self.latest[word] = max(count, self.latest.get(word, 0))
+        word, count = tup.values  # the count bolt's fields, in order: (word, count)
+        latest = self.latest
+        if count > latest.get(word, 0):
+            latest[word] = count
         lines = self._lines
         lines.append(report_line(word, count))
         if len(lines) >= self.HELD_LINES:
