@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.codec.columnar import ColumnarBatch, as_record_batch
@@ -144,7 +145,10 @@ class TaskCollector(_AckingCollector, OutputCollector):
     def _send(
         self, stream: str, values: list[Any], targets: list[int], anchors: Sequence[Tuple] | Tuple | None
     ) -> None:
-        emitter, own = self._emitter_here()
+        emitter = self._emitter
+        own = get_ident() == emitter.owner  # what _emitter_here does, without a call per emit
+        if not own:
+            emitter = emitter.fork()
         if anchors is None or (type(anchors) is Tuple and not anchors.anchors):
             trees = None  # untracked: the common case, no tree bookkeeping at all
         elif type(anchors) is Tuple and len(targets) == 1 and len(anchors.anchors) == 1:

@@ -60,6 +60,12 @@ def _stream_fields(plan: Plan, task: int, stream: str) -> tuple[str, ...]:
     return fields
 
 
+def _task_workers(plan: Plan, here: Slot) -> dict[int, int]:
+    """Map each task another worker runs to that worker's id."""
+    ids = {slot: worker_id(slot) for slot in plan.slots if slot != here}
+    return {task: ids[slot] for task, slot in plan.task_slot.items() if slot in ids}
+
+
 def _worker_ids(plan: Plan) -> dict[int, Slot]:
     """Map the plan's slots by worker id (ConfigError if two slots share one)."""
     ids = {worker_id(s): s for s in plan.slots}
@@ -100,6 +106,7 @@ class WorkerState:
         self._serializer = make_serializer(conf)
         self._worker_id = worker_id(slot)
         self._workers = _worker_ids(plan)
+        self._task_workers = _task_workers(plan, slot)
         self._local_tasks = frozenset(plan.tasks_of(slot))
         self._acker = Acker()
         self._max_payload = max(1024, conf.get_int("storm.messaging.max.frame.bytes", minimum=1) // 2)
@@ -172,10 +179,11 @@ class WorkerState:
         return self._task_queue.get(task)
 
     def remote_worker_of(self, task: int) -> int:
-        slot = self._plan.task_slot.get(task)
-        if slot is None or slot == self._slot:
-            return -1
-        return worker_id(slot)
+        """Return the id of the other worker that runs ``task``; -1 when it runs here (or nowhere).
+
+        Every tracked emit asks (one dict lookup: the ids are made once per plan).
+        """
+        return self._task_workers.get(task, -1)
 
     def kind_of(self, task: int) -> str | None:
         return self._task_kind.get(task)
@@ -392,6 +400,7 @@ class WorkerState:
         with self.lock:
             self._plan = plan
             self._workers = {**self._workers, **_worker_ids(plan)}  # old ids stay known for late acks
+            self._task_workers = _task_workers(plan, self._slot)
             self._local_tasks = frozenset(plan.tasks_of(self._slot))
             self._sources = {}
             self._client_sources = {}

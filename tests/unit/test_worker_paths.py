@@ -554,3 +554,14 @@ def test_a_group_whose_input_log_append_fails_part_way_fails_and_its_retry_is_ne
         assert checkpoints.inputs.group_seen(header.key)
     finally:
         state.context.term()
+
+
+def test_remote_worker_of_names_the_other_workers_tasks_and_follows_a_plan_swap(world: World) -> None:
+    from spark_storm.worker.acker import worker_id
+
+    state = world.state
+    b = worker_id(B)  # tasks 2, 4 and 6 run on B; 7 is no task of the plan
+    assert [state.remote_worker_of(t) for t in range(1, 8)] == [-1, b, -1, b, -1, b, -1]
+    alone = plan(topology_from_dict(TOPOLOGY), [A])  # every task here now
+    state.swap(alone, {}, state.executors)
+    assert [state.remote_worker_of(t) for t in range(1, 7)] == [-1] * 6
