@@ -80,6 +80,8 @@ def report_line(word: Any, count: Any) -> str:
 
     The report bolt runs one task that every update goes through: this is most of its time.
     """
+    if type(word) is str and type(count) is int:  # the wordcount's own updates: one f-string
+        return f'{{"word": {_quote(word)}, "count": {count}}}\n'
     quoted = _quote(word) if type(word) is str else json.dumps(word)
     number = str(count) if type(count) is int else json.dumps(count)
     return '{"word": ' + quoted + ', "count": ' + number + "}\n"
