@@ -473,7 +473,10 @@ class Coordinator:
             answers = self._all(SAVEPOINT, {"dir": str(root), "epoch": committed}, self._timeout_s)
             epochs = {w: int(a["epoch"]) for w, a in answers.items() if a.get("stateful", True)}
             left = {w: int(a.get("uncommitted", 0)) for w, a in answers.items() if a.get("uncommitted")}
-            if set(epochs.values()) - {committed}:
+            dirty = {w: "; ".join(map(str, a["dirty"])) for w, a in answers.items() if a.get("dirty")}
+            if dirty:  # another coordinator's rollback paused it after this one's round: a round first
+                reason = f"a worker is dirty ({dirty}): rolled back first"
+            elif set(epochs.values()) - {committed}:
                 reason = f"the workers' committed epochs differ ({epochs}); another commit came between"
             elif commit_first and left:
                 reason = f"input came after epoch {committed} ({left} records): it is committed first"

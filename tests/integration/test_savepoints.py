@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from spark_storm.state.files import EmbeddedBackend
+from spark_storm.state.protocol import SAVEPOINT_PRIORITY, Coordinator
 from spark_storm.state.savepoint import Savepoint
 from tests.integration.ui_support import LedgerUI
 from tests.support import wait_until
@@ -107,6 +108,42 @@ def test_an_upgrade_with_a_new_value_format_continues_exact_from_a_savepoint(tmp
         print(f"after the upgrade: epoch {result.epoch} (savepoint epoch {taken['epoch']})")
         assert result.epoch == taken["epoch"] + 2
         assert run.state() == _as_v2(expected(batches))
+
+
+def test_a_rollback_by_another_coordinator_between_the_savepoints_round_and_its_copy_is_rolled_back_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The savepoint's own round ends with its COMMIT, which ends its lease on every worker: the
+    # driver's (or the interval's) coordinator may PAUSE them for a rollback before the SAVEPOINT
+    # comes. That failed a 3-process run's kill --savepoint ("worker ... is dirty (paused for a
+    # rollback that has not resumed)"): the savepoint now rolls back with a round and copies then.
+    batches: dict[int, list[list[Any]]] = {}
+    with Run(_topology(tmp_path, "v1"), batches) as run:
+        run.feed(0)
+        run.commit(0)
+        run.feed(1)
+        saver = Coordinator(
+            "a savepoint", lambda: {str(s): c for s, c in run.conns.items()}, 60.0, 3, priority=SAVEPOINT_PRIORITY
+        )
+        own_round = saver._checkpoint
+        paused: list[int] = []
+
+        def round_then_a_pause(batch_ids: Any, skip_if_stateless: bool) -> Any:
+            result = own_round(batch_ids, skip_if_stateless)
+            if not paused:
+                paused.append(max(s.generation for s in run.coordinator.status().values()) + 1)
+                run.coordinator.pause(paused[0])  # the driver's rollback, half-way: no RESUME from it
+            return result
+
+        monkeypatch.setattr(saver, "_checkpoint", round_then_a_pause)
+        root, manifest = saver.savepoint(tmp_path / "savepoints", "ledger", "v1", commit_first=True)
+        assert paused, "the pause was not injected"
+        statuses = run.coordinator.status()
+        assert not any(s.dirty for s in statuses.values()), statuses
+        assert all(s.generation > paused[0] for s in statuses.values())  # the savepoint's round rolled back
+        assert manifest.epoch == max(s.committed for s in statuses.values())
+        assert Savepoint.open(str(root), topology="ledger").manifest.epoch == manifest.epoch
+        assert run.state() == expected(batches)
 
 
 def test_keyed_state_rescales_from_four_tasks_to_six_and_then_to_three(tmp_path: Path) -> None:

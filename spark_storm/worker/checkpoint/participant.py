@@ -579,14 +579,16 @@ class CheckpointManager:
 
         The coordinator holds the lease from its first request: no epoch commits meanwhile,
         so the entries up to the committed epoch stay where they are while they are copied.
-        A worker whose committed epoch is not ``expected`` copies nothing and says so.
+        A worker whose committed epoch is not ``expected`` copies nothing and says so; so does
+        a dirty one, with its reasons (another coordinator's rollback may have paused it since
+        the savepoint's own round committed: the coordinator rolls back and tries again).
         """
         with self._cond:
             committed, reasons = self.committed, list(self.dirty_reasons)
-        if reasons:
-            msg = f"worker {self.state.slot} is dirty ({'; '.join(reasons)}): a round must roll it back first"
-            raise CheckpointError(msg)
         answer: dict[str, Any] = {"epoch": committed, "tasks": [], "stateful": True}
+        if reasons:
+            answer["dirty"] = reasons
+            return answer
         if committed != expected:
             return answer
         plan = self.state.plan
