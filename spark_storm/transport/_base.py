@@ -310,9 +310,17 @@ class ClientBase(IClient):
         self._sent_in: OrderedDict[GroupKey, int] = OrderedDict()  # group -> server life it was sent in
 
     def update_ack(self, ack: BatchAck) -> None:
-        """Record a BatchAck the server sent (keeps the latest status per group)."""
+        """Record a BatchAck the server sent: the latest status per group, but never ACCEPTED over a final one.
+
+        A server answers a group from two threads (its receive thread says ACCEPTED, the
+        thread that completes or fails the group's trees says PROCESSED or FAILED), and sends
+        each outside the lock that orders them, so ACCEPTED may come after the final status.
+        A group sent again starts afresh (:meth:`clear_ack`).
+        """
         with self._ack_cond:
-            self._acks[ack.key] = ack.status
+            heard = self._acks.get(ack.key)
+            if ack.status != ACCEPTED or heard is None or heard == ACCEPTED:
+                self._acks[ack.key] = ack.status
             self._acks.move_to_end(ack.key)
             while len(self._acks) > _MAX_UNCLAIMED_ACKS:
                 self._acks.popitem(last=False)  # acks nobody waits for (e.g. of a dead task)

@@ -11,7 +11,7 @@ from spark_storm.backoff import Backoff
 from spark_storm.errors import AuthenticationError, ConnectionClosedError, SendTimeoutError, WireFormatError
 from spark_storm.messaging import IConnectionCallback, MessageBatch, TaskMessage
 from spark_storm.messaging.handshake import ClientHandshake, ServerHandshake, new_session_id
-from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchHeader
+from spark_storm.messaging.wire import ACCEPTED, FAILED, PROCESSED, BatchAck, BatchHeader, encode_control
 from spark_storm.transport import make_context
 from spark_storm.transport._base import ClientBase, ServerBase
 from spark_storm.transport._session import ClientProtocol, ClientSession, PeerLimits, ServerPeer, SessionTable
@@ -231,3 +231,19 @@ def test_a_restarted_server_answers_failed_so_the_writer_retries_at_once(link: _
         assert link.client.wait_acks([header.key], ACCEPTED, 0) == {header.key: FAILED}
     finally:
         restarted.close()
+
+
+def test_an_accepted_ack_that_reaches_the_client_after_the_final_one_does_not_replace_it(link: _Link) -> None:
+    # A server answers a group from two threads (its receive thread says ACCEPTED, the one that
+    # fails or completes the trees says FAILED or PROCESSED) and writes each ack outside the
+    # ledger's lock, so ACCEPTED can reach the wire last. Seen at a 1 us switch interval:
+    # test_worker.py's FAILED group read as ACCEPTED, and the writer waited 30 s for more.
+    proto, _peer, _later, _ = link.connect()
+    for seq, final in enumerate((FAILED, PROCESSED)):
+        header = BatchHeader("q", 1, 0, seq, 1, PROCESSED)
+        proto.on_bytes(encode_control(BatchAck(*header.key, final)) + encode_control(BatchAck(*header.key, ACCEPTED)))
+        assert link.client.wait_acks([header.key], PROCESSED, 0) == {header.key: final}
+    again = BatchHeader("q", 1, 0, 0, 1, PROCESSED)  # a group sent again is answered afresh
+    link.client.clear_ack(again.key)
+    proto.on_bytes(encode_control(BatchAck(*again.key, ACCEPTED)))
+    assert link.client.wait_acks([again.key], PROCESSED, 0) == {again.key: ACCEPTED}
