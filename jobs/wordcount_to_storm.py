@@ -64,13 +64,14 @@ def main(argv: list[str] | None = None) -> int:
             .load()
             .select(F.element_at(sentences, (F.col("value") % len(corpus) + 1).cast("int")).alias("sentence"))
         )
+    checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="wordcount-ck-")
     writer = (
         df.writeStream.format("storm")
         .option("topology", args.topology)
         .options(**({"zookeeper": args.zookeeper} if args.zookeeper else {"workers": args.workers}))
         .option("delivery", args.delivery)
         .options(**({"conf": args.storm_conf} if args.storm_conf else {}))
-        .option("checkpointLocation", args.checkpoint or tempfile.mkdtemp(prefix="wordcount-ck-"))
+        .option("checkpointLocation", checkpoint)
     )
     query = writer.trigger(processingTime="1 second").start()
     started = time.monotonic()
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         progress = query.lastProgress
         if progress:
             print(f"batch {progress['batchId']}: {input_rows(progress)} rows", flush=True)
-    between = stop_between_batches(query)
+    between = stop_between_batches(query, checkpoint=checkpoint)
     sent = sum(input_rows(p) for p in query.recentProgress)
     if not between:  # it cut a batch whose rows may have reached the workers: finish it
         again = finish_cut_batch(lambda: writer.trigger(availableNow=True).start())

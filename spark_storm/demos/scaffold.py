@@ -13,6 +13,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from spark_storm.cluster.local_cluster import LocalCluster
@@ -111,6 +112,7 @@ def stop_between_batches(
     timeout: float = 60.0,
     finish: Callable[[], Any] | None = None,
     finish_timeout: float = 300.0,
+    checkpoint: str | Path | None = None,
 ) -> bool:
     """Stop when no micro-batch is running, then wait for the listener to hear of the last one.
 
@@ -119,10 +121,11 @@ def stop_between_batches(
     When every micro-batch runs behind its trigger the stop cuts one, and ``finish`` starts
     the query again to run it to its end (:func:`~spark_storm.spark.jobs.finish_cut_batch`).
     ``timeout`` bounds the wait for a moment between batches, ``finish_timeout`` the second
-    run and the wait for the listener.  Return False when a batch was cut and not finished
-    (no ``finish``, or it failed).
+    run and the wait for the listener.  With the query's ``checkpoint`` directory, a batch
+    that began just before the stop counts as cut too.  Return False when a batch was cut
+    and not finished (no ``finish``, or it failed).
     """
-    between = jobs.stop_between_batches(query, timeout)
+    between = jobs.stop_between_batches(query, timeout, checkpoint)
     if not between and finish is not None:
         print("the stop cut a micro-batch: running the query once more to finish it ...", flush=True)
         again = jobs.finish_cut_batch(finish, finish_timeout)
@@ -185,19 +188,21 @@ def wind_down(
     answer: Callable[[], _T],
     what: str,
     finish: Callable[[], Any] | None = None,
+    checkpoint: str | Path | None = None,
 ) -> tuple[bool, _T | None, int]:
     """End a demo's stream: stop the query between two micro-batches, let Spark compute the answer, drain.
 
     ``answer`` computes with Spark what the topology should have made of the rows sent
     (``what`` names it in the progress line); it runs only when rows were sent.  ``finish``
-    starts the query again to finish a micro-batch the stop cut (:func:`stop_between_batches`).
+    starts the query again to finish a micro-batch the stop cut (:func:`stop_between_batches`;
+    ``checkpoint``: the query's checkpoint directory, where a cut batch shows).
     Returns whether the query stopped between micro-batches, the answer (None when nothing
     was sent or Spark never started), and the rows the entry bolts acked.
     """
     between = True
     if query is not None:
         print("stopping the query between two micro-batches ...", flush=True)
-        between = stop_between_batches(query, listener, finish=finish)
+        between = stop_between_batches(query, listener, finish=finish, checkpoint=checkpoint)
     result: _T | None = None
     if spark is not None and listener.rows:
         print(f"Spark counts {what} ...", flush=True)

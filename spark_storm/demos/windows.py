@@ -276,6 +276,7 @@ def run_windows_demo(
             lambda: _spark_windows(spark, corpus, listener.rows, start_ms, rate, window_s),
             "the words of the same sentences per window",
             lambda: _start_query(spark, corpus, rate, start_ms, topo_path, cluster, work, listener, finish=True),
+            checkpoint=work / "checkpoint",
         )
         if spark is not None:
             spark.stop()

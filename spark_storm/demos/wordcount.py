@@ -202,6 +202,7 @@ def run_demo(
             lambda: _exact_counts(spark, corpus, listener.rows),
             WORDS,
             lambda: _start_query(spark, corpus, rate, target, work, listener, finish=True),
+            checkpoint=work / "checkpoint",
         )
         if spark is not None:
             spark.stop()
@@ -302,6 +303,7 @@ def _run_on_spark(
                 lambda: _exact_counts(spark, corpus, listener.rows),
                 WORDS,
                 lambda: _start_query(spark, corpus, rate, target, work, listener, finish=True),
+                checkpoint=work / "checkpoint",
             )
             print("stopping the topology and its Spark tasks ...", flush=True)
             topo.stop()

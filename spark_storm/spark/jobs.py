@@ -7,6 +7,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from spark_storm.errors import ConfigError
@@ -14,6 +15,7 @@ from spark_storm.topology import load_topology
 
 __all__ = [
     "add_job_arguments",
+    "cut_batch",
     "describe_target",
     "finish_cut_batch",
     "input_rows",
@@ -129,11 +131,13 @@ def input_rows(progress: Mapping[str, Any]) -> int:
     return int(rows or 0)
 
 
-def stop_between_batches(query: Any, timeout_s: float = 30.0) -> bool:
+def stop_between_batches(query: Any, timeout_s: float = 30.0, checkpoint: str | Path | None = None) -> bool:
     """Stop ``query`` when no micro-batch is running, waiting up to ``timeout_s`` for one to end.
 
-    Returns False when a batch was still running at the deadline (a trigger interval shorter
-    than the batches, say) and the query was stopped in it: Spark aborts that batch.
+    Returns False when the stop cut a batch: one still ran at the deadline (a trigger interval
+    shorter than the batches, say), or, with the query's local ``checkpoint`` directory, one
+    began between the last look at the query and the stop (while batches run behind their
+    trigger the next one starts at once).  Spark aborts that batch.
     """
     deadline = time.monotonic() + timeout_s
     while query.status.get("isTriggerActive"):
@@ -145,7 +149,28 @@ def stop_between_batches(query: Any, timeout_s: float = 30.0) -> bool:
             return False
         time.sleep(0.01)
     query.stop()
+    cut = None if checkpoint is None else cut_batch(checkpoint)
+    if cut is not None:
+        logger.warning("query %s: micro-batch %d began just before the stop, which cut it", query.id, cut)
+        return False
     return True
+
+
+def cut_batch(checkpoint: str | Path) -> int | None:
+    """Return the micro-batch a stopped query began and did not finish, from its local checkpoint; else None.
+
+    Spark logs a batch's offsets (``offsets/N``) when the batch begins and its commit
+    (``commits/N``) when it ends.
+    """
+
+    def logged(part: str) -> set[int]:
+        folder = Path(checkpoint) / part
+        return {int(p.name) for p in folder.iterdir() if p.name.isdigit()} if folder.is_dir() else set()
+
+    begun = logged("offsets")
+    if not begun or max(begun) <= max(logged("commits"), default=-1):
+        return None
+    return max(begun)
 
 
 def finish_cut_batch(start_again: Callable[[], Any], timeout_s: float = 300.0) -> Any | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from spark_storm.spark.jobs import input_rows, stop_between_batches
+from spark_storm.spark.jobs import cut_batch, input_rows, stop_between_batches
 
 
 class ConnectProgress(dict[str, Any]):
@@ -53,3 +54,24 @@ def test_stop_between_batches_gives_up_at_its_deadline_when_batches_never_end() 
     query = FakeQuery(busy_polls=None)  # every batch outlasts the trigger interval
     assert not stop_between_batches(query, timeout_s=0.05)
     assert query.stopped_while_active is True
+
+
+def _checkpoint(root: Path, begun: int, committed: int) -> Path:
+    for part, last in (("offsets", begun), ("commits", committed)):
+        (root / part).mkdir(parents=True, exist_ok=True)
+        for n in range(last + 1):
+            (root / part / str(n)).write_text("v1\n")
+            (root / part / f".{n}.crc").write_text("")
+    return root
+
+
+def test_a_batch_that_began_just_before_the_stop_counts_as_cut(tmp_path: Path) -> None:
+    # The query looked idle, but while batches run behind their trigger the next one begins at
+    # once: the stop cut it (a full run saw "processed 12,500, sent 12,000" in the demo).
+    cut = _checkpoint(tmp_path / "cut", begun=6, committed=5)
+    assert cut_batch(cut) == 6
+    assert not stop_between_batches(FakeQuery(busy_polls=0), timeout_s=10, checkpoint=cut)
+    whole = _checkpoint(tmp_path / "whole", begun=6, committed=6)
+    assert cut_batch(whole) is None
+    assert stop_between_batches(FakeQuery(busy_polls=0), timeout_s=10, checkpoint=whole)
+    assert cut_batch(tmp_path / "never-started") is None
