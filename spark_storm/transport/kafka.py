@@ -50,13 +50,13 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from kafka.structs import OffsetAndMetadata
 
 from spark_storm.config import (
@@ -147,6 +147,25 @@ def topic_for(prefix: str, topology_id: str, port: int) -> str:
 def reply_topic(data_topic: str) -> str:
     """Return the topic a server answers its clients on."""
     return f"{data_topic}-reply"
+
+
+_T = TypeVar("_T")
+
+
+def _once_known(lookup: Callable[[], _T], within_s: float = 10.0) -> _T:
+    """Run an offsets lookup, again while the broker does not know the topic yet (created just now).
+
+    A topic ``ensure_topics`` created can be unknown to the broker that answers for a moment
+    (seen as a restarted worker exiting on ``UnknownTopicOrPartitionError`` for its reply topic).
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return lookup()
+        except UnknownTopicOrPartitionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def _headers(record: Any) -> dict[str, bytes]:
@@ -310,8 +329,8 @@ class Context(TrackingContext):
         try:
             parts = self.partitions_of(consumer, reply_topic(topic))
             consumer.assign(parts)
-            ends = consumer.end_offsets(parts)
-            starts = consumer.beginning_offsets(parts)
+            ends = _once_known(lambda: consumer.end_offsets(parts))
+            starts = _once_known(lambda: consumer.beginning_offsets(parts))
             for tp in parts:
                 consumer.seek(tp, max(starts[tp], ends[tp] - 100))
             last: dict[bytes, tuple[int, bool]] = {}  # instance -> (timestamp ms, closed)
@@ -581,8 +600,8 @@ class KafkaClient(ClientBase):
         parts = context.partitions_of(self._consumer, self.reply_topic)
         self._consumer.assign(parts)
         self._consumer.seek_to_end(*parts)
-        for tp in parts:
-            self._consumer.position(tp)  # resolve now: every reply to what we send comes after this
+        for tp in parts:  # resolve now: every reply to what we send comes after this
+            _once_known(functools.partial(self._consumer.position, tp))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"kafka-client-{self.topic}", daemon=True)
         self._thread.start()

@@ -247,3 +247,23 @@ def test_an_accepted_ack_that_reaches_the_client_after_the_final_one_does_not_re
     link.client.clear_ack(again.key)
     proto.on_bytes(encode_control(BatchAck(*again.key, ACCEPTED)))
     assert link.client.wait_acks([again.key], PROCESSED, 0) == {again.key: ACCEPTED}
+
+
+def test_a_kafka_offsets_lookup_waits_while_the_broker_does_not_know_a_new_topic_yet() -> None:
+    # A restarted worker exited on UnknownTopicOrPartitionError for the reply topic it had just
+    # created (a 3-process run's test_a_killed_worker_gets_what_was_sent_while_it_was_down).
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    from spark_storm.transport.kafka import _once_known
+
+    answers: list[Exception | int] = [UnknownTopicOrPartitionError(), UnknownTopicOrPartitionError(), 7]
+
+    def lookup() -> int:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert _once_known(lookup) == 7
+    with pytest.raises(UnknownTopicOrPartitionError):  # still unknown at the deadline: the error stands
+        _once_known(lambda: (_ for _ in ()).throw(UnknownTopicOrPartitionError()), within_s=0.2)
