@@ -138,6 +138,9 @@ def _wordcount_topology() -> dict[str, Any]:
         resources.files("spark_storm.examples").joinpath("wordcount-arrow.yaml").read_text()
     )
     spec["name"] = "bench-wordcount"
+    # each run counts from empty state: the host's shared state dir would restore the last run's
+    # counts and replay what it left uncommitted, so a round would time a recovery
+    spec.setdefault("conf", {})["topology.state.provider.config"] = {"dir": tempfile.mkdtemp(prefix="bench-state-")}
     for comp in spec["components"]:
         if comp["id"] == "report":
             comp["conf"]["report.dir"] = tempfile.mkdtemp(prefix="bench-report-")

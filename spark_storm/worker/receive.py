@@ -164,7 +164,9 @@ class Receiver:
             "lost_payloads": 0,
             "lost_tuples": 0,
             "dead_lettered": 0,
+            "admitted_past_capacity": 0,
         }
+        self._full_wait_s = host.settings.receiver_full_wait_s
 
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name`` (any thread)."""
@@ -295,7 +297,7 @@ class Receiver:
         wait = not (isinstance(checkpoints, CheckpointManager) and checkpoints.paused)
         for item, weight in broadcast:
             for queue in host.all_queues():
-                if not queue.publish([item], [weight], wait=wait):  # its executor stopped (a refresh moved it)
+                if not self._publish(queue, [item], [weight], wait):  # its executor stopped (a refresh moved it)
                     host.data_lost(
                         f"a broadcast of {weight} tuples for a stopped executor ({queue.name})",
                         task=BROADCAST_TASK,
@@ -303,12 +305,33 @@ class Receiver:
                         anchors=anchors_of(item[1]),
                     )
         for queue, items_, weights in publish.values():
-            if not queue.publish(items_, weights, wait=wait):  # its executor stopped (a refresh moved it)
+            if not self._publish(queue, items_, weights, wait):  # its executor stopped (a refresh moved it)
                 host.reroute(items_, weights)
         with self._lock:  # several receive threads (and the transfer thread's deliver_local) count here
             self.counters["tuples_in"] += published
             self.counters["source_tuples_in"] += from_clients
         return published
+
+    def _publish(self, queue: BatchQueue[QueueItem], items: list[QueueItem], weights: list[int], wait: bool) -> bool:
+        """Publish into an executor queue, waiting for room at most ``topology.receiver.full.wait.ms``.
+
+        Then the items go in past the queue's capacity: this thread is the transport's I/O
+        thread (push mode), which also writes the backpressure statuses and acks this worker
+        sends.  Blocked for good, it would keep a stale status at a peer whose bolts, held
+        back by it, in turn hold up the bolts that drain this very queue (two workers feeding
+        each other deadlocked so, docs/design/threads.md row 19).  Peers stop sending to a
+        backpressured task, so what goes past the capacity is what was in flight; a client
+        that ignores backpressure gains one batch per wait.  Returns False if the queue is
+        closed (its executor stopped).
+        """
+        if not wait:
+            return queue.publish(items, weights, wait=False)
+        if queue.publish(items, weights, timeout=self._full_wait_s):
+            return True
+        if queue.closed:
+            return False
+        self.count("admitted_past_capacity", sum(weights))
+        return queue.publish(items, weights, wait=False)
 
     def decode_replay(self, task: int, payloads: list[bytes]) -> list[tuple[QueueItem, int]]:
         """Decode input-log payloads of source task ``task`` for a rollback's replay (untracked)."""

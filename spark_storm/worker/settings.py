@@ -56,6 +56,7 @@ class WorkerSettings:
 
     receiver_mode: str
     receiver_buffer_size: int
+    receiver_full_wait_s: float
     executor_queue_size: int
     executor_batch_size: int
     bp_high: float
@@ -106,6 +107,7 @@ class WorkerSettings:
         return cls(
             receiver_mode=conf.get_choice("topology.receiver.mode", ("push", "pull")),
             receiver_buffer_size=conf.get_int("topology.receiver.buffer.size", minimum=1),
+            receiver_full_wait_s=conf.get_int("topology.receiver.full.wait.ms", minimum=1) / 1000,
             executor_queue_size=conf.get_int("topology.executor.receive.buffer.size", minimum=1),
             executor_batch_size=conf.get_int("topology.executor.batch.size", minimum=1),
             bp_high=high,

@@ -7,8 +7,12 @@ calls ``send`` once per worker.  A message for a task its worker reports backpre
 is *held* (never dropped) and retried every few milliseconds; while any message for a
 task is held, later ones for that task are held behind it, so nothing overtakes
 anything per (source task, destination task).  When the held messages reach
-``topology.backpressure.hold.max.size`` tuples the thread stops draining: the queue
-fills and the emitting executors wait.
+``topology.backpressure.hold.max.size`` tuples, a ``publish`` with a message for a held
+task waits before queueing (as Storm 2's executors keep such emits pending), and the
+thread goes on draining and sending the rest: messages for other tasks never wait behind
+a backpressured one.  (Stopping the whole queue instead deadlocked two workers whose
+bolts each fed a backpressured task on the other: each one's bolt, blocked on its full
+transfer queue, stopped draining the very queue the other was waiting on.)
 
 :class:`BackPressureTracker` (Storm's name) is the other direction: it turns this
 worker's executor queues crossing their watermarks into backpressure status for the
@@ -56,6 +60,10 @@ class WorkerTransfer:
         self._hold_max = settings.hold_max
         self._held: list[Outbound] = []
         self._held_tuples = 0
+        #: The held tasks while the held tuples are at the limit (else empty): what ``publish``
+        #: waits on.  Replaced whole by the transfer thread under ``_room``, read by publishers.
+        self._blocked: frozenset[int] = frozenset()
+        self._room = threading.Condition()
         self._held_tasks: set[int] = set()
         self._unconnected: set[Slot] = set()  # reported once until a connection to it appears
         self._done = 0
@@ -77,7 +85,13 @@ class WorkerTransfer:
         return done.wait(timeout)
 
     def publish(self, messages: list[TaskMessage], weights: list[int]) -> None:
-        """Queue messages for remote tasks (waits while the queue is full)."""
+        """Queue messages for remote tasks.
+
+        Waits while the queue is full, and while a message is for a task whose held tuples
+        reached the limit (until the task clears, or the held tuples drop below it).
+        """
+        if self._blocked:
+            self._wait_unblocked(messages)
         if not self.queue.publish(list(zip(messages, weights, strict=True)), weights):
             logger.error(
                 "worker %s: transfer queue closed; %d messages (%d tuples) not sent",
@@ -85,6 +99,22 @@ class WorkerTransfer:
                 len(messages),
                 sum(weights),
             )
+
+    def _wait_unblocked(self, messages: list[TaskMessage]) -> None:
+        with self._room:
+            while not self.queue.closed:
+                blocked = self._blocked
+                if not blocked or not any(m.task in blocked for m in messages):
+                    return
+                self._room.wait(0.05)
+
+    def _update_blocked(self) -> None:
+        """Publish which tasks publishers must wait for (the transfer thread, after each change)."""
+        blocked = frozenset(self._held_tasks) if self._held_tuples >= self._hold_max else frozenset()
+        if blocked != self._blocked:
+            with self._room:
+                self._blocked = blocked
+                self._room.notify_all()
 
     @property
     def held(self) -> int:
@@ -114,12 +144,13 @@ class WorkerTransfer:
                 # destination stays backpressured, re-checking each pass would only spin.
                 self._release_held()
                 retry_at = time.monotonic() + 0.002
-            if self._held_tuples >= self._hold_max:
-                time.sleep(0.002)  # everything is held: stop taking, hold the emitters back
-                continue
+            # At the limit, publishers wait for the held tasks; this thread keeps taking, so
+            # what other tasks are sent is not stuck behind them (see the module docstring).
+            self._update_blocked()
             items = queue.take(self._drain, 0.002 if self._held else 0.05)
             if not items:
                 if queue.closed and not self._held and len(queue) == 0:
+                    self._update_blocked()
                     return
                 continue
             self._send_grouped(items)

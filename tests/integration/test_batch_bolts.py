@@ -40,13 +40,12 @@ def _send_arrow(run: Run, rows: list[list[Any]], names: list[str], per_message: 
         assert conn.flush(30)
 
 
-def test_columnar_wordcount_counts_exactly_over_two_workers(tmp: Path) -> None:
-    topo = load_topology(ROOT / "conf" / "topologies" / "wordcount-arrow.yaml")
-    assert topo.components["split"].bolt.endswith("SplitBatchBolt")
+def _arrow_wordcount(tmp: Path, report: str = "report") -> dict[str, Any]:
+    """conf/topologies/wordcount-arrow.yaml with its source named "in" (what Run feeds), state and report in tmp."""
     import yaml
 
-    spec = yaml.safe_load((ROOT / "conf" / "topologies" / "wordcount-arrow.yaml").read_text())
-    spec["name"] = "in-wordcount"  # the Run helper feeds component "in"
+    spec: dict[str, Any] = yaml.safe_load((ROOT / "conf" / "topologies" / "wordcount-arrow.yaml").read_text())
+    spec["name"] = "in-wordcount"
     # count keeps checkpointed state: in this test's own dir, not the host's shared default (other runs' counts)
     spec.setdefault("conf", {})["topology.state.provider.config"] = {"dir": str(tmp / "state")}
     for comp in spec["components"]:
@@ -56,31 +55,69 @@ def test_columnar_wordcount_counts_exactly_over_two_workers(tmp: Path) -> None:
             if inp["from"] == "sentences":
                 inp["from"] = "in"
         if comp["id"] == "report":
-            comp["conf"]["report.dir"] = str(tmp / "report")
-    run = Run(tmp, spec, 2).start()
+            comp["conf"]["report.dir"] = str(tmp / report)
+    return spec
+
+
+def _sentences(n: int) -> tuple[list[list[Any]], Counter[str]]:
     corpus = (ROOT / "spark_storm" / "examples" / "corpus.txt").read_text().splitlines()
-    sentences = [[corpus[i % len(corpus)] + f" n{i % 7}"] for i in range(3000)]
+    sentences = [[corpus[i % len(corpus)] + f" n{i % 7}"] for i in range(n)]
+    return sentences, Counter(w for (s,) in sentences for w in re.findall(r"[\w']+", s.lower()))
+
+
+def _counted(run: Run) -> int:
+    return sum(
+        t["executed"]
+        for s in run.cluster.slots
+        for e in run.health(s)["executors"].values()
+        if e["component"] == "count"
+        for t in e["tasks"].values()
+    )
+
+
+def _final_counts(report: Path) -> Counter[str]:
+    final: Counter[str] = Counter()
+    for path in report.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            final.update(json.loads(line)["final"])
+    return final
+
+
+def test_columnar_wordcount_counts_exactly_over_two_workers(tmp: Path) -> None:
+    topo = load_topology(ROOT / "conf" / "topologies" / "wordcount-arrow.yaml")
+    assert topo.components["split"].bolt.endswith("SplitBatchBolt")
+    run = Run(tmp, _arrow_wordcount(tmp), 2).start()
+    sentences, expected = _sentences(3000)
     _send_arrow(run, sentences, ["sentence"], per_message=200)
-    expected = Counter(w for (s,) in sentences for w in re.findall(r"[\w']+", s.lower()))
-
-    def counted() -> int:
-        return sum(
-            t["executed"]
-            for s in run.cluster.slots
-            for e in run.health(s)["executors"].values()
-            if e["component"] == "count"
-            for t in e["tasks"].values()
-        )
-
-    wait_until(lambda: counted() == sum(expected.values()), what="every word counted", timeout=60)
+    wait_until(lambda: _counted(run) == sum(expected.values()), what="every word counted", timeout=60)
     kinds = {e["kind"] for s in run.cluster.slots for e in run.health(s)["executors"].values()}
     assert kinds == {"batch"}
     run.stop()
-    final: Counter[str] = Counter()
-    for path in (tmp / "report").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            final.update(json.loads(line)["final"])
-    assert final == expected
+    assert _final_counts(tmp / "report") == expected
+
+
+def test_a_replay_through_two_workers_backpressuring_each_other_finishes_with_exact_counts(tmp: Path) -> None:
+    # A restart replays every sentence logged since the last checkpoint at full speed. Each
+    # worker's split feeds count on both workers, and its sentences feed split on both: with
+    # the transfer thread stopping at the hold limit, each split blocked on its full transfer
+    # queue (held messages for the other's backpressured split), so neither split drained and
+    # the replay never finished (the bench's wordcount hung there, at the default sizes).
+    small = {
+        "topology.executor.receive.buffer.size": 512,
+        "topology.transfer.buffer.size": 512,
+        "topology.backpressure.hold.max.size": 1024,
+    }
+    sentences, expected = _sentences(8000)
+    first = Run(tmp, _arrow_wordcount(tmp, "report-1"), 2, **small, **{"topology.state.checkpoint.interval.ms": 0})
+    first.start()
+    _send_arrow(first, sentences, ["sentence"], per_message=200)
+    wait_until(lambda: _counted(first) == sum(expected.values()), what="every word counted once", timeout=60)
+    first.stop()  # no checkpoint ran: every sentence stays in the input logs, uncommitted
+
+    second = Run(tmp, _arrow_wordcount(tmp, "report-2"), 2, **small).start()
+    wait_until(lambda: _counted(second) == sum(expected.values()), what="the replay counted every word", timeout=90)
+    second.stop()
+    assert _final_counts(tmp / "report-2") == expected
 
 
 def _mixed(record_dir: Path, first: str, second: str, third: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,60 @@ def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world:
     finally:
         world.transfer.queue.close()
         runner.join(5)
+
+
+def test_at_the_hold_limit_only_emits_for_held_tasks_wait_and_the_rest_is_sent() -> None:
+    # Two workers whose bolts each fed a backpressured task on the other deadlocked when the
+    # transfer thread stopped draining at the limit: each bolt blocked on its full transfer
+    # queue and so never drained the queue the other waited on (a replay of the arrow
+    # wordcount's logs hung there). Now only a publish for a held task waits.
+    world = World(A, **{"topology.backpressure.hold.max.size": 2})
+    got: list[TaskMessage] = []
+    server = world.state.context.bind("paths", B.port, got.extend)
+    conn = world.state.context.connect("paths", B.host, B.port)
+    world.state.set_connections({B: conn})
+    runner = threading.Thread(target=world.transfer.run, daemon=True)
+    runner.start()
+    try:
+        server.send_backpressure_status(BackpressureStatus("B", frozenset({4})))
+        wait_until(lambda: conn.backpressure_tasks() == {4}, what="B's backpressure to reach the client")
+        world.transfer.publish([TaskMessage(4, b"a1"), TaskMessage(4, b"a2")], [1, 1])
+        wait_until(lambda: world.transfer.held == 2, what="task 4's messages to be held, at the limit")
+        world.transfer.publish([TaskMessage(6, b"b1")], [1])  # another task: does not wait
+        wait_until(lambda: got == [TaskMessage(6, b"b1")], what="the free task's message, past the held ones")
+        waiting = threading.Thread(target=world.transfer.publish, args=([TaskMessage(4, b"a3")], [1]), daemon=True)
+        waiting.start()
+        waiting.join(0.3)
+        assert waiting.is_alive(), "a publish for a task held at the limit waits before queueing"
+        assert world.transfer.held == 2
+        server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4})))
+        waiting.join(5)
+        assert not waiting.is_alive()
+        wait_until(lambda: len(got) == 4, what="the held messages and the one that waited")
+        assert got == [TaskMessage(6, b"b1"), TaskMessage(4, b"a1"), TaskMessage(4, b"a2"), TaskMessage(4, b"a3")]
+    finally:
+        world.transfer.queue.close()
+        runner.join(5)
+        world.close()
+
+
+def test_the_receive_path_waits_for_room_a_bounded_time_then_takes_the_batch_past_capacity() -> None:
+    # The waiting thread is the transport's I/O thread: blocked for good it could not send the
+    # backpressure OFF that lets a peer's bolts, and through them this queue's, drain.
+    w = World(B, **{"topology.executor.receive.buffer.size": 4, "topology.receiver.full.wait.ms": 200})
+    try:
+        payloads = [msgpack.packb(r) for r in _rows(3)]
+        assert w.receiver.transfer_local([2] * 3, payloads) == 3  # room: no wait
+        started = time.monotonic()
+        assert w.receiver.transfer_local([2] * 3, payloads) == 3  # 6 > 4 and nobody takes
+        assert 0.2 <= time.monotonic() - started < 5
+        assert w.receiver.counters["admitted_past_capacity"] == 3
+        queue = w.state.queue_of(2)
+        assert queue is not None
+        assert len(queue) == 6
+        assert [t.values for _, tuples in w.queued(2) for t in tuples] == _rows(3) * 2  # in order, nothing lost
+    finally:
+        w.close()
 
 
 def test_queued_messages_for_a_task_that_moved_here_are_delivered_here_in_order(world: World) -> None:
