@@ -280,7 +280,13 @@ class Supervisor:
         """Return the command line of the worker for ``spec``: the cluster form, plan and status from ZooKeeper."""
         args = ["--zookeeper", self.state.address.spec, "--topology-id", spec.topology]
         args += ["--host", self.host, "--port", str(spec.port)]
-        overrides = {**self.overrides, "worker.heartbeat.dir": str(self.local_dir / "heartbeats")}
+        # the ports this supervisor offers (its --slots may differ from its conf's): a worker's
+        # index among them picks its CPU under topology.worker.cpu.affinity "slot"
+        overrides = {
+            **self.overrides,
+            "worker.heartbeat.dir": str(self.local_dir / "heartbeats"),
+            "supervisor.slots.ports": list(self.ports),
+        }
         return worker_command(args, overrides, self.conf_path)
 
     def _launch(self, spec: LaunchSpec) -> None:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 from spark_storm.config import Config
 from spark_storm.errors import ConfigError
+from spark_storm.worker.affinity import KEY as AFFINITY_KEY
+from spark_storm.worker.affinity import SLOT, check_affinity
 
 __all__ = ["SWITCH_INTERVAL_ENV", "WorkerSettings", "switch_interval_from_env"]
 
@@ -78,6 +80,8 @@ class WorkerSettings:
     gc_threshold: int
     switch_interval_s: float | None
     message_timeout_s: float
+    cpu_affinity: str | tuple[int, ...] | None
+    host_ports: tuple[int, ...]
 
     @classmethod
     def from_conf(cls, conf: Config) -> WorkerSettings:
@@ -99,6 +103,7 @@ class WorkerSettings:
         tick = conf["topology.tick.tuple.freq.secs"]
         tick_s = None if tick is None else conf.get_float("topology.tick.tuple.freq.secs", minimum=0.001)
         port = conf.get_int("topology.worker.metrics.port", minimum=-1)
+        affinity = check_affinity(conf[AFFINITY_KEY])
         if port > 65535:
             msg = (
                 f"config key 'topology.worker.metrics.port' must be -1 (off), 0 (any free port) or 1..65535, got {port}"
@@ -129,7 +134,18 @@ class WorkerSettings:
             gc_threshold=conf.get_int("topology.worker.gc.threshold", minimum=0),
             switch_interval_s=_switch_interval(conf),
             message_timeout_s=conf.get_int("topology.message.timeout.secs", minimum=1),
+            cpu_affinity=affinity,
+            host_ports=_ports(conf) if affinity == SLOT else (),
         )
+
+
+def _ports(conf: Config) -> tuple[int, ...]:
+    """``supervisor.slots.ports``: the slots of this worker's host, as its supervisor passes them (for ``"slot"``)."""
+    raw = conf["supervisor.slots.ports"]
+    if not isinstance(raw, list | tuple) or not all(type(p) is int for p in raw):
+        msg = f"config key 'supervisor.slots.ports' must be a list of port numbers, got {raw!r}"
+        raise ConfigError(msg)
+    return tuple(raw)
 
 
 def _switch_interval(conf: Config) -> float | None:

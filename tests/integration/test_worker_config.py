@@ -3,6 +3,7 @@ a worker whose thread dies stops, instead of running half-way and looking health
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_storm.cluster.local_cluster import LocalCluster
 from spark_storm.config import load_config
 from spark_storm.netutil import free_ports
 from spark_storm.topology import Slot, plan, topology_from_dict
@@ -55,6 +57,9 @@ def _worker(
         ("topology.tick.tuple.freq.secs=-1", "topology.tick.tuple.freq.secs"),
         ("storm.messaging.tcp.min_wait_ms=5000", "storm.messaging.tcp.max_wait_ms"),
         ("topology.message.timeout.secs=0", "topology.message.timeout.secs"),
+        ("topology.worker.cpu.affinity=fast", "topology.worker.cpu.affinity"),
+        ("topology.worker.cpu.affinity=[-1]", "topology.worker.cpu.affinity"),
+        ("topology.worker.cpu.affinity=[4095]", "CPUs [4095] are not available to this worker"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_key(tmp_path: Path, setting: str, named: str) -> None:
@@ -154,3 +159,28 @@ def test_the_race_tiers_switch_interval_reaches_a_worker_process_and_a_bad_one_i
     out = _worker(tmp_path, env={SWITCH_INTERVAL_ENV: "0"})
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"spark-storm: {SWITCH_INTERVAL_ENV}='0'"), out.stderr
+
+
+def _cpus_allowed(pid: int) -> set[str]:
+    """The ``Cpus_allowed_list`` of every thread of process ``pid``."""
+    lists: set[str] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            lists.update(
+                line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list")
+            )
+    return lists
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux only")
+def test_slot_affinity_pins_each_worker_with_all_its_threads_to_its_own_cpu(tmp_path: Path) -> None:
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(TOPOLOGY)
+    cpus = sorted(os.sched_getaffinity(0))
+    cluster = LocalCluster(str(topo), 2, overrides={"topology.worker.cpu.affinity": "slot"}, work_dir=tmp_path)
+    with cluster:
+        for i, slot in enumerate(sorted(cluster.slots, key=lambda s: s.port)):
+            pid = cluster.health(slot)["pid"]
+            assert _cpus_allowed(pid) == {str(cpus[i % len(cpus)])}, (slot, cluster.log_tail(slot))
+            assert f"worker {slot}: pinned to CPUs [{cpus[i % len(cpus)]}]" in cluster.log_tail(slot, 200)

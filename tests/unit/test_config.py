@@ -7,6 +7,8 @@ import pytest
 
 from spark_storm.config import Config, default_config, load_config
 from spark_storm.errors import ConfigError
+from spark_storm.worker.affinity import check_affinity, cpus_for
+from spark_storm.worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,3 +85,26 @@ def test_the_defaults_file_names_each_key_once() -> None:
     keys = [line.split(":", 1)[0] for line in lines if line and not line.startswith(("#", " ")) and ":" in line]
     doubled = sorted({k for k in keys if keys.count(k) > 1})
     assert doubled == []
+
+
+def test_cpu_affinity_values_and_the_cpu_each_slot_gets() -> None:
+    assert check_affinity(None) is None
+    assert check_affinity("slot") == "slot"
+    assert check_affinity([3, 1, 3]) == (1, 3)
+    for bad in ("fast", [], [-1], [True], 2, ["0"]):
+        with pytest.raises(ConfigError, match=r"topology.worker.cpu.affinity.*null .* \"slot\""):
+            check_affinity(bad)
+    # "slot": the port's index among the host's ports, round-robin over the allowed CPUs
+    ports = (6700, 6701, 6702)
+    assert [cpus_for("slot", p, ports, {0, 1}) for p in ports] == [{0}, {1}, {0}]
+    assert cpus_for("slot", 6701, ports, {2, 5, 7}) == {5}
+    assert cpus_for("slot", 9000, ports, {0, 1}) == {1}  # a port its host list lacks sorts in with it
+    assert cpus_for((0, 1), 6700, ports, {0, 1, 2}) == {0, 1}
+    with pytest.raises(ConfigError, match=r"CPUs \[4\] are not available to this worker \(it may use \[0, 1\]\)"):
+        cpus_for((1, 4), 6700, ports, {0, 1})
+    conf = Config.of({"topology.worker.cpu.affinity": "slot", "supervisor.slots.ports": [7000, 7001]})
+    settings = WorkerSettings.from_conf(conf)
+    assert (settings.cpu_affinity, settings.host_ports) == ("slot", (7000, 7001))
+    with pytest.raises(ConfigError, match=r"supervisor\.slots\.ports"):
+        WorkerSettings.from_conf(Config.of({"topology.worker.cpu.affinity": "slot", "supervisor.slots.ports": "6700"}))
+    assert WorkerSettings.from_conf(Config.of({"supervisor.slots.ports": "6700"})).host_ports == ()  # unread when off
