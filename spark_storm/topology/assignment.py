@@ -113,14 +113,19 @@ class Plan:
             f"topology {self.topology.name}: {len(self.task_component)} tasks, "
             f"{len(self.executors)} executors, {len(self.slots)} workers"
         ]
-        lines.append(f"{'component':16s} {'tasks':>10s}  executors -> worker")
+        rows = []
         for cid in sorted(self.component_tasks):
             r = self.component_tasks[cid]
             kind = " (source)" if self.topology.components[cid].source else ""
             execs = ", ".join(
                 f"[{e.first}-{e.last}]->{self.executor_slot[e]}" for e in self.executors if e.component == cid
             )
-            lines.append(f"{cid + kind:16s} {r.start:>4d}..{r.stop - 1:<4d}  {execs}")
+            rows.append((cid + kind, f"{r.start}..{r.stop - 1}", execs))
+        # columns as wide as their widest cell (a long id or " (source)" shifted the rest before)
+        name_w = max([len("component"), *(len(name) for name, _, _ in rows)])
+        tasks_w = max([len("tasks"), *(len(tasks) for _, tasks, _ in rows)])
+        lines.append(f"{'component':<{name_w}}  {'tasks':<{tasks_w}}  executors -> worker")
+        lines.extend(f"{name:<{name_w}}  {tasks:<{tasks_w}}  {execs}" for name, tasks, execs in rows)
         for slot in self.slots:
             lines.append(f"worker {slot}: " + ", ".join(str(e) for e in self.executors_of(slot)))
         return "\n".join(lines)

@@ -213,3 +213,9 @@ def test_topology_plan_cli() -> None:
     ).stdout
     assert "topology wordcount: 11 tasks, 7 executors, 2 workers" in out
     assert "worker 127.0.0.1:6700: count[1-2], report[5-5], sentences[7-7], split[10-11]" in out
+    # the table's columns line up, whatever the longest name (" (source)" pushed its row right before)
+    table = [line for line in out.splitlines()[1:] if not line.startswith("worker ")]
+    assert table[0].startswith("component ")
+    assert "sentences (source)  6..7 " in out
+    assert len({line.index("  ", len("sentences (source)")) for line in table}) == 1
+    assert len({line.index("[") if "[" in line else line.index("executors") for line in table}) == 1
