@@ -19,6 +19,7 @@ ALLOWED = [
     "the zmq and cluster extras are installed in this venv",  # missing-extra errors need a venv without them
     "needs spark-storm installed editable from this checkout",  # tests/connect: hiding the checkout from Spark
     "no connection to break",  # conformance: local is in-process, kafka's records outlive clients
+    "CPU affinity is Linux only",  # test_worker_config: sched_setaffinity is a Linux system call
     "cannot create a network namespace",  # tests/multihost without root or CAP_SYS_ADMIN
 ]
 
