@@ -88,9 +88,11 @@ class WorkerTransfer:
         """Queue messages for remote tasks.
 
         Waits while the queue is full, and while a message is for a task whose held tuples
-        reached the limit (until the task clears, or the held tuples drop below it).
+        reached the limit (until the task clears, or the held tuples drop below it).  The
+        transfer thread itself (its local deliveries forward what moved on) never waits: it
+        is the one that releases what is held and drains the queue.
         """
-        if self._blocked:
+        if self._blocked and threading.get_ident() != self.queue.consumer:
             self._wait_unblocked(messages)
         if not self.queue.publish(list(zip(messages, weights, strict=True)), weights):
             logger.error(
@@ -132,6 +134,7 @@ class WorkerTransfer:
         queue = self.queue
         current = threading.current_thread()
         self._thread_alive = current.is_alive
+        queue.consumer = threading.get_ident()  # its own publishes (a forward) never wait: see publish
         while True:
             cleared = self._clear
             if cleared is not None:

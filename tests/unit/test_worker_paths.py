@@ -234,6 +234,12 @@ def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world:
         runner.join(5)
 
 
+def _publish_as_consumer(world: World, message: TaskMessage) -> None:
+    """Publish as the transfer queue's consumer would (the transfer thread), from this thread."""
+    world.transfer.queue.consumer = threading.get_ident()
+    world.transfer.publish([message], [1])
+
+
 def test_at_the_hold_limit_only_emits_for_held_tasks_wait_and_the_rest_is_sent() -> None:
     # Two workers whose bolts each fed a backpressured task on the other deadlocked when the
     # transfer thread stopped draining at the limit: each bolt blocked on its full transfer
@@ -258,11 +264,21 @@ def test_at_the_hold_limit_only_emits_for_held_tasks_wait_and_the_rest_is_sent()
         waiting.join(0.3)
         assert waiting.is_alive(), "a publish for a task held at the limit waits before queueing"
         assert world.transfer.held == 2
+        # ... but not the transfer thread's own (a local delivery forwarding what moved on):
+        # it is the thread that releases the held messages, so it must never wait for them
+        assert world.transfer.queue.consumer == runner.ident
+        own = threading.Thread(target=lambda: _publish_as_consumer(world, TaskMessage(4, b"a0")), daemon=True)
+        own.start()
+        own.join(5)
+        assert not own.is_alive(), "the queue's consumer never waits"
+        world.transfer.queue.consumer = runner.ident
         server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4})))
         waiting.join(5)
         assert not waiting.is_alive()
-        wait_until(lambda: len(got) == 4, what="the held messages and the one that waited")
-        assert got == [TaskMessage(6, b"b1"), TaskMessage(4, b"a1"), TaskMessage(4, b"a2"), TaskMessage(4, b"a3")]
+        wait_until(lambda: len(got) == 5, what="every message for task 4")
+        assert got[0] == TaskMessage(6, b"b1")
+        assert got[1:3] == [TaskMessage(4, b"a1"), TaskMessage(4, b"a2")]  # the held ones first, in order
+        assert sorted(m.payload for m in got[3:]) == [b"a0", b"a3"]
     finally:
         world.transfer.queue.close()
         runner.join(5)
