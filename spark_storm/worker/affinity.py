@@ -20,12 +20,13 @@ Linux only (``sched_setaffinity``); elsewhere a setting other than null is a Con
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 
 from spark_storm.errors import ConfigError
 
-__all__ = ["KEY", "SLOT", "check_affinity", "cpus_for", "pin_process"]
+__all__ = ["KEY", "SLOT", "check_affinity", "cpus_for", "pin_worker"]
 
 KEY = "topology.worker.cpu.affinity"
 #: One CPU per worker, by its slot's index on the host.
@@ -84,23 +85,28 @@ def cpus_for(setting: str | tuple[int, ...], port: int, host_ports: Sequence[int
     return set(setting)
 
 
-def pin_process(cpus: set[int]) -> int:
-    """Pin every thread of this process to ``cpus`` (threads started later inherit it); returns how many.
+def pin_worker(
+    setting: str | tuple[int, ...], port: int, supervisor_ports: Sequence[int], topology_ports: Sequence[int]
+) -> set[int]:
+    """Pin every thread of this worker process (threads started later inherit it); return the CPUs.
+
+    ``supervisor_ports`` are the slots its supervisor passed (``supervisor.slots.ports``); a
+    worker whose port is not among them (started by a local cluster, or by hand) counts the
+    topology's slots on its host, ``topology_ports``.
 
     Raises
     ------
     ConfigError
-        Not on Linux (no ``sched_setaffinity``).
+        Not on Linux (no ``sched_setaffinity``), or a listed CPU this process may not use.
     """
+    getaffinity = getattr(os, "sched_getaffinity", None)
     setaffinity = getattr(os, "sched_setaffinity", None)
-    if setaffinity is None:
+    if getaffinity is None or setaffinity is None:
         msg = f"config key {KEY!r}: CPU affinity needs Linux (sched_setaffinity); set it to null here"
         raise ConfigError(msg)
-    pinned = 0
+    host_ports = supervisor_ports if port in supervisor_ports else topology_ports
+    cpus = cpus_for(setting, port, host_ports, getaffinity(0))
     for tid in os.listdir("/proc/self/task"):
-        try:
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended since the listing
             setaffinity(int(tid), cpus)
-        except ProcessLookupError:  # a thread that ended since the listing
-            continue
-        pinned += 1
-    return pinned
+    return cpus

@@ -149,11 +149,11 @@ class WorkerTransfer:
                 retry_at = time.monotonic() + 0.002
             # At the limit, publishers wait for the held tasks; this thread keeps taking, so
             # what other tasks are sent is not stuck behind them (see the module docstring).
-            self._update_blocked()
+            if self._blocked or self._held_tuples >= self._hold_max:
+                self._update_blocked()
             items = queue.take(self._drain, 0.002 if self._held else 0.05)
             if not items:
                 if queue.closed and not self._held and len(queue) == 0:
-                    self._update_blocked()
                     return
                 continue
             self._send_grouped(items)

@@ -40,7 +40,7 @@ from spark_storm.messaging import ConnectionStatus, IClient, IServer
 from spark_storm.reports import HeartbeatFileWriter, WorkerHeartbeat, WorkerMetrics
 from spark_storm.topology.assignment import ExecutorSpec, Plan, Slot
 from spark_storm.worker.acker import worker_id
-from spark_storm.worker.affinity import cpus_for, pin_process
+from spark_storm.worker.affinity import pin_worker
 from spark_storm.worker.checkpoint import CheckpointManager, IntervalCheckpoints, take_savepoint
 from spark_storm.worker.diagnostics import log_thread_stacks
 from spark_storm.worker.executor import Executor
@@ -195,12 +195,9 @@ class Worker:
             sys.setswitchinterval(self.settings.switch_interval_s)
             logger.info("worker %s: GIL switch interval %g s", self.slot, sys.getswitchinterval())
         if self.settings.cpu_affinity is not None:
-            host_ports = self.settings.host_ports
-            if self.slot.port not in host_ports:  # not started by a supervisor: this topology's slots here
-                host_ports = tuple(s.port for s in self.plan.slots if s.host == self.slot.host)
-            cpus = cpus_for(self.settings.cpu_affinity, self.slot.port, host_ports, os.sched_getaffinity(0))
-            threads = pin_process(cpus)
-            logger.info("worker %s: pinned to CPUs %s (%d threads)", self.slot, sorted(cpus), threads)
+            here = [s.port for s in self.plan.slots if s.host == self.slot.host]
+            cpus = pin_worker(self.settings.cpu_affinity, self.slot.port, self.settings.host_ports, here)
+            logger.info("worker %s: pinned to CPUs %s", self.slot, sorted(cpus))
 
     def start(self) -> None:
         """Bind, connect, start threads; executors activate once connections are ready."""

@@ -7,9 +7,11 @@ every queue and message can be inspected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -211,7 +213,14 @@ def test_a_queue_over_its_capacity_reports_load_1_which_peers_accept() -> None:
         w.close()
 
 
-def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world: World) -> None:
+@contextlib.contextmanager
+def _sending_to_b_with_task_4_backpressured(
+    world: World,
+) -> Iterator[tuple[list[TaskMessage], Callable[[], None], threading.Thread]]:
+    """A running transfer thread of ``world`` connected to B, whose task 4 is backpressured.
+
+    Yields what B received, a call that clears task 4's backpressure, and the thread.
+    """
     got: list[TaskMessage] = []
     server = world.state.context.bind("paths", B.port, got.extend)
     conn = world.state.context.connect("paths", B.host, B.port)
@@ -221,17 +230,22 @@ def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world:
     try:
         server.send_backpressure_status(BackpressureStatus("B", frozenset({4})))
         wait_until(lambda: conn.backpressure_tasks() == {4}, what="B's backpressure to reach the client")
+        yield got, lambda: server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4}))), runner
+    finally:
+        world.transfer.queue.close()
+        runner.join(5)
+
+
+def test_transfer_groups_by_worker_and_holds_backpressured_tasks_in_order(world: World) -> None:
+    with _sending_to_b_with_task_4_backpressured(world) as (got, clear, _):
         world.transfer.publish([TaskMessage(4, b"a1"), TaskMessage(6, b"b1")], [1, 1])
         wait_until(lambda: got == [TaskMessage(6, b"b1")], what="the free task's message")
         world.transfer.publish([TaskMessage(4, b"a2")], [1])
         wait_until(lambda: world.transfer.held == 2, what="later messages to be held behind the first")
-        server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4})))
+        clear()
         wait_until(lambda: len(got) == 3, what="the held messages")
         assert got == [TaskMessage(6, b"b1"), TaskMessage(4, b"a1"), TaskMessage(4, b"a2")]
         assert world.transfer.idle
-    finally:
-        world.transfer.queue.close()
-        runner.join(5)
 
 
 def _publish_as_consumer(world: World, message: TaskMessage) -> None:
@@ -246,42 +260,33 @@ def test_at_the_hold_limit_only_emits_for_held_tasks_wait_and_the_rest_is_sent()
     # queue and so never drained the queue the other waited on (a replay of the arrow
     # wordcount's logs hung there). Now only a publish for a held task waits.
     world = World(A, **{"topology.backpressure.hold.max.size": 2})
-    got: list[TaskMessage] = []
-    server = world.state.context.bind("paths", B.port, got.extend)
-    conn = world.state.context.connect("paths", B.host, B.port)
-    world.state.set_connections({B: conn})
-    runner = threading.Thread(target=world.transfer.run, daemon=True)
-    runner.start()
     try:
-        server.send_backpressure_status(BackpressureStatus("B", frozenset({4})))
-        wait_until(lambda: conn.backpressure_tasks() == {4}, what="B's backpressure to reach the client")
-        world.transfer.publish([TaskMessage(4, b"a1"), TaskMessage(4, b"a2")], [1, 1])
-        wait_until(lambda: world.transfer.held == 2, what="task 4's messages to be held, at the limit")
-        world.transfer.publish([TaskMessage(6, b"b1")], [1])  # another task: does not wait
-        wait_until(lambda: got == [TaskMessage(6, b"b1")], what="the free task's message, past the held ones")
-        waiting = threading.Thread(target=world.transfer.publish, args=([TaskMessage(4, b"a3")], [1]), daemon=True)
-        waiting.start()
-        waiting.join(0.3)
-        assert waiting.is_alive(), "a publish for a task held at the limit waits before queueing"
-        assert world.transfer.held == 2
-        # ... but not the transfer thread's own (a local delivery forwarding what moved on):
-        # it is the thread that releases the held messages, so it must never wait for them
-        assert world.transfer.queue.consumer == runner.ident
-        own = threading.Thread(target=lambda: _publish_as_consumer(world, TaskMessage(4, b"a0")), daemon=True)
-        own.start()
-        own.join(5)
-        assert not own.is_alive(), "the queue's consumer never waits"
-        world.transfer.queue.consumer = runner.ident
-        server.send_backpressure_status(BackpressureStatus("B", frozenset(), frozenset({4})))
-        waiting.join(5)
-        assert not waiting.is_alive()
-        wait_until(lambda: len(got) == 5, what="every message for task 4")
-        assert got[0] == TaskMessage(6, b"b1")
-        assert got[1:3] == [TaskMessage(4, b"a1"), TaskMessage(4, b"a2")]  # the held ones first, in order
-        assert sorted(m.payload for m in got[3:]) == [b"a0", b"a3"]
+        with _sending_to_b_with_task_4_backpressured(world) as (got, clear, runner):
+            world.transfer.publish([TaskMessage(4, b"a1"), TaskMessage(4, b"a2")], [1, 1])
+            wait_until(lambda: world.transfer.held == 2, what="task 4's messages to be held, at the limit")
+            world.transfer.publish([TaskMessage(6, b"b1")], [1])  # another task: does not wait
+            wait_until(lambda: got == [TaskMessage(6, b"b1")], what="the free task's message, past the held ones")
+            waiting = threading.Thread(target=world.transfer.publish, args=([TaskMessage(4, b"a3")], [1]), daemon=True)
+            waiting.start()
+            waiting.join(0.3)
+            assert waiting.is_alive(), "a publish for a task held at the limit waits before queueing"
+            assert world.transfer.held == 2
+            # ... but not the transfer thread's own (a local delivery forwarding what moved on):
+            # it is the thread that releases the held messages, so it must never wait for them
+            assert world.transfer.queue.consumer == runner.ident
+            own = threading.Thread(target=lambda: _publish_as_consumer(world, TaskMessage(4, b"a0")), daemon=True)
+            own.start()
+            own.join(5)
+            assert not own.is_alive(), "the queue's consumer never waits"
+            world.transfer.queue.consumer = runner.ident
+            clear()
+            waiting.join(5)
+            assert not waiting.is_alive()
+            wait_until(lambda: len(got) == 5, what="every message for task 4")
+            assert got[0] == TaskMessage(6, b"b1")
+            assert got[1:3] == [TaskMessage(4, b"a1"), TaskMessage(4, b"a2")]  # the held ones first, in order
+            assert sorted(m.payload for m in got[3:]) == [b"a0", b"a3"]
     finally:
-        world.transfer.queue.close()
-        runner.join(5)
         world.close()
 
 
