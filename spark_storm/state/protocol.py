@@ -50,6 +50,7 @@ from spark_storm.state.savepoint import ComponentManifest, Manifest, merge_answe
 
 __all__ = [
     "COMMIT",
+    "INTERVAL_PRIORITY",
     "PAUSE",
     "PREPARE",
     "RELEASE",
@@ -87,6 +88,9 @@ OP_NAMES: Final = {
 #: A savepoint's coordinator outranks a Spark driver's (1) and the interval rounds (0): a driver's
 #: commit waits (BUSY) while the workers copy their state, and goes on after the RELEASE.
 SAVEPOINT_PRIORITY: Final = 2
+#: The interval rounds' rank: a worker answers their every request BUSY while a higher-ranked
+#: coordinator was heard within the lease, or while it holds a Spark batch not yet committed.
+INTERVAL_PRIORITY: Final = 0
 
 
 def _manifest(
@@ -302,6 +306,9 @@ class Coordinator:
 
         Raises
         ------
+        CoordinatorBusyError
+            This coordinator ranks :data:`INTERVAL_PRIORITY` and a worker answered BUSY, at any
+            attempt: the round stands aside for a Spark driver (or a savepoint) at once.
         CheckpointError
             No round succeeded: ``retries`` rounds failed, or a worker stayed unreachable
             for ``timeout_s`` (the reason of the last attempt).
@@ -364,9 +371,9 @@ class Coordinator:
                 return RoundResult(epoch, rolled, attempt, duration, True)
             except (TransportError, OSError, CoordinatorBusyError) as exc:  # a worker away, or busy: wait
                 last_error = exc
-                if isinstance(exc, CoordinatorBusyError) and self.priority == 0:
-                    msg = f"standing aside: {exc}"  # a higher-priority coordinator runs the rounds
-                    raise CheckpointError(msg) from exc
+                if isinstance(exc, CoordinatorBusyError) and self.priority == INTERVAL_PRIORITY:
+                    msg = f"standing aside: {exc}"  # a Spark driver (or a savepoint) runs the rounds
+                    raise CoordinatorBusyError(msg) from exc
                 if time.monotonic() > deadline:
                     msg = f"no checkpoint within {self._timeout_s:.0f}s: a worker stayed unreachable: {exc}"
                     raise CheckpointError(msg) from exc

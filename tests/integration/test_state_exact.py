@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_storm.errors import CoordinatorBusyError
+from spark_storm.state.protocol import INTERVAL_PRIORITY, Coordinator
 from tests.support import wait_until
 from tests.support.ledger import ExactRun, Ledger, expected, ledger_state, rows_for
 
@@ -356,6 +358,45 @@ def test_a_spark_batch_slower_than_the_lease_holds_the_interval_rounds_until_its
             what="interval rounds after the driver's commit",
             timeout=60,
         )
+        assert run.state() == expected(run.batches)
+
+
+def test_an_interval_round_stands_aside_at_each_request_while_a_driver_was_heard_or_its_batch_is_open(
+    tmp_path: Path,
+) -> None:
+    """CI of stop 32: an interval round retried after the driver's COMMIT, which frees the lease.
+
+    The round had started before the driver's first commit; its retry reached the workers
+    after that COMMIT and committed an epoch of its own, between the driver's batches.  The
+    workers now answer every request of an interval round BUSY while a driver was heard
+    within the lease or a Spark batch is open, not only the loop that starts the rounds.
+    """
+    lease_ms = 2000
+    with Ledger(tmp_path, conf={"topology.state.coordinator.lease.ms": lease_ms}) as run:
+        run.feed(0)
+        epoch = run.commit(0).epoch  # its COMMIT freed every worker's lease
+        interval = Coordinator(
+            "an interval round", lambda: {str(s): c for s, c in run.conns.items()}, 60.0, 3, priority=INTERVAL_PRIORITY
+        )
+        with pytest.raises(CoordinatorBusyError, match="a Spark driver coordinated this worker"):
+            interval.checkpoint({})
+        run.feed(1)  # its driver has not committed it yet
+        wait_until(
+            lambda: all((s.priority_age_s or 0) * 1000 > lease_ms for s in run.coordinator.status().values()),
+            what="the driver's lease running out",
+            timeout=30,
+        )
+        with pytest.raises(CoordinatorBusyError, match="a Spark batch its driver has not committed is open"):
+            interval.checkpoint({})
+        assert {s.committed for s in run.coordinator.status().values()} == {epoch}
+        assert run.commit(1).epoch == epoch + 1  # the batch whole in one epoch
+        assert run.state() == expected(run.batches)
+        wait_until(
+            lambda: all((s.priority_age_s or 0) * 1000 > lease_ms for s in run.coordinator.status().values()),
+            what="the driver's lease running out after its commit",
+            timeout=30,
+        )
+        assert interval.checkpoint({}).epoch == epoch + 2  # nothing open, no driver heard: it runs
         assert run.state() == expected(run.batches)
 
 

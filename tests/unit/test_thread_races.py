@@ -276,7 +276,8 @@ def test_a_prepare_answers_at_once_once_the_worker_is_dirty() -> None:
     assert isinstance(checkpoints, CheckpointManager)
     checkpoints.open()
     try:
-        wait = checkpoints._prepare(1, 0)  # the ledger task here never sees its barrier (no executor runs)
+        # A driver's PREPARE; the ledger task here never sees its barrier (no executor runs).
+        wait = checkpoints._prepare(1, 0, priority=1)
         checkpoints.mark_dirty("a payload from another worker could not be decoded")
         started = time.monotonic()
         assert wait() == {"epoch": 1, "dirty": True, "generation": 0}

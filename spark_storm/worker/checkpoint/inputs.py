@@ -283,6 +283,14 @@ class InputLogs:
                 self._cond.wait(min(0.5, remaining))
 
     # --- what STATUS and /health say -------------------------------------------------------------------
+    def open_batch_idle_s(self) -> float | None:
+        """Seconds since a group came of the least idle coordinated batch open here; None if none is."""
+        with self._cond:
+            return self._open_idle(time.monotonic())
+
+    def _open_idle(self, now: float) -> float | None:  # under _cond
+        return min((now - t for _, t in self._open_batches.values()), default=None)
+
     def status(self) -> dict[str, Any]:
         """Return the logs' part of STATUS: the age of the last group, and the least idle open Spark batch."""
         now = time.monotonic()
@@ -290,6 +298,5 @@ class InputLogs:
             return {
                 "replaying": self.replaying,
                 "last_group_age_s": None if self._last_group is None else now - self._last_group,
-                # The least idle coordinated batch open here (seconds since a group of it came).
-                "open_batch_idle_s": min((now - t for _, t in self._open_batches.values()), default=None),
+                "open_batch_idle_s": self._open_idle(now),
             }

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spark_storm.errors import RequestTimeoutError, StormError
-from spark_storm.state.protocol import SAVEPOINT_PRIORITY, Coordinator, WorkerStatus
+from spark_storm.errors import CoordinatorBusyError, RequestTimeoutError, StormError
+from spark_storm.state.protocol import INTERVAL_PRIORITY, SAVEPOINT_PRIORITY, Coordinator, WorkerStatus
 from spark_storm.state.savepoint import Manifest
 from spark_storm.topology.model import topology_to_dict
 from spark_storm.worker.checkpoint.participant import CheckpointManager
@@ -84,7 +84,10 @@ class IntervalCheckpoints:
     ``topology.state.coordinator.lease.ms``, and while any worker holds a coordinated batch
     (a Spark micro-batch: BATCH_HEADER bit 0x80) that its driver has not committed, however
     slow the batch, unless no group of it came for ``topology.state.coordinator.batch.hold.ms``
-    (the driver is presumed gone; docs/design/state.md, "Who coordinates").
+    (the driver is presumed gone; docs/design/state.md, "Who coordinates").  This loop looks
+    before each round; the workers enforce the same rule at each request of it (they answer
+    BUSY), and a PREPARE checks for an open batch where groups are logged, so a driver that
+    comes during a round, or between a retry's attempts, stops it.
     """
 
     def __init__(self, manager: CheckpointManager, stopping: threading.Event) -> None:
@@ -99,7 +102,7 @@ class IntervalCheckpoints:
             self._endpoints,
             settings.commit_timeout_s,
             settings.retries,
-            priority=0,
+            priority=INTERVAL_PRIORITY,
         )
         self.rounds = 0
         self.stood_aside = 0
@@ -121,6 +124,10 @@ class IntervalCheckpoints:
                 return f"{s.worker} holds a Spark batch its driver has not committed yet"
         return None
 
+    def _stand_aside(self) -> None:
+        self.stood_aside += 1
+        self._manager.count("interval_stood_aside")
+
     def run(self) -> None:
         """Run a round per interval while this worker has the lowest slot (the coordinator thread)."""
         state = self._manager.state
@@ -129,13 +136,15 @@ class IntervalCheckpoints:
                 continue
             try:
                 if self.driven_by(self._coordinator.status()) is not None:
-                    self.stood_aside += 1
-                    self._manager.count("interval_stood_aside")
+                    self._stand_aside()
                     continue  # the query's commits run the rounds now
                 self._coordinator.checkpoint({})
                 self.rounds += 1
                 self._manager.count("interval_rounds")
                 self.last_error = None
+            except CoordinatorBusyError as exc:  # a driver came during the round: a worker said BUSY
+                logger.debug("worker %s: interval round %s", state.slot, exc)
+                self._stand_aside()
             except StormError as exc:
                 self.last_error = str(exc)
                 logger.warning("worker %s: interval checkpoint failed: %s", state.slot, exc)

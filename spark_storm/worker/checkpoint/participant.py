@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_storm.config import Config
-from spark_storm.errors import CheckpointError, ConfigError, StateError
+from spark_storm.errors import CheckpointError, ConfigError, CoordinatorBusyError, StateError
 from spark_storm.messaging.api import REQUEST_BUSY, REQUEST_FAILED, REQUEST_OK
 from spark_storm.reports import CheckpointMetrics
 from spark_storm.state import NO_EPOCH, StateWriter, TaskStore, make_backend
 from spark_storm.state.protocol import (
     COMMIT,
+    INTERVAL_PRIORITY,
     OP_NAMES,
     PAUSE,
     PREPARE,
@@ -58,6 +59,13 @@ __all__ = ["CheckpointManager", "Reply"]
 logger = logging.getLogger(__name__)
 
 Reply = Callable[[int, bytes], None]
+
+
+def _open_batch_busy(idle_s: float) -> str:
+    return (
+        f"busy: a Spark batch its driver has not committed is open here (its last group came {idle_s:.1f}s ago; "
+        "the interval rounds wait topology.state.coordinator.batch.hold.ms)"
+    )
 
 
 def _lost_of(conn: Any) -> int:
@@ -256,7 +264,8 @@ class CheckpointManager:
             if op not in (PAUSE, RESUME, PREPARE, COMMIT, SAVEPOINT, RELEASE):
                 reply(REQUEST_FAILED, f"unknown checkpoint request op {op}".encode())
                 return
-            busy = self._take_lease(str(args.get("coordinator", "?")), int(args.get("priority", 0)))
+            priority = int(args.get("priority", INTERVAL_PRIORITY))
+            busy = self._take_lease(str(args.get("coordinator", "?")), priority)
             if busy is not None:
                 reply(REQUEST_BUSY, busy.encode())
                 return
@@ -278,7 +287,9 @@ class CheckpointManager:
                     self._resume(int(args["epoch"]), int(args["generation"]))
                     answer = {"ok": True}
                 elif op == PREPARE:
-                    waiter = self._prepare(int(args["epoch"]), int(args["generation"]))
+                    waiter = self._prepare(
+                        int(args["epoch"]), int(args["generation"]), int(args.get("priority", INTERVAL_PRIORITY))
+                    )
                 elif op == COMMIT:
                     self._commit(
                         int(args["epoch"]), {str(q): int(b) for q, b in dict(args.get("batches") or {}).items()}
@@ -294,6 +305,8 @@ class CheckpointManager:
             if op == PREPARE:
                 answer = waiter()
             reply(REQUEST_OK, encode_body(answer))
+        except CoordinatorBusyError as exc:  # an interval round's PREPARE met a Spark batch: it stands aside
+            reply(REQUEST_BUSY, str(exc).encode())
         except (StateError, ConfigError, KeyError, TypeError, ValueError) as exc:
             logger.warning("worker %s: %s refused: %s", self.state.slot, name, exc)
             reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
@@ -302,12 +315,26 @@ class CheckpointManager:
             reply(REQUEST_FAILED, f"{type(exc).__name__}: {exc}".encode())
 
     def _take_lease(self, coordinator: str, priority: int) -> str | None:
-        """Let ``coordinator`` change things unless another did lately (and ranks as high); else say why not."""
+        """Let ``coordinator`` change things unless another did lately (and ranks as high); else say why not.
+
+        The interval rounds (:data:`INTERVAL_PRIORITY`) also stand aside while a Spark driver
+        was heard within the lease and while a Spark batch is open here, at every request: a
+        COMMIT frees the lease, and a round that started before the driver came must not go on
+        (a retry of it committed an epoch between the driver's commit and its next batch).
+        """
         now = time.monotonic()
         lease_s = self.settings.lease_s
+        open_idle = self.inputs.open_batch_idle_s() if priority <= INTERVAL_PRIORITY else None
         with self._cond:
-            if priority > 0:
+            if priority > INTERVAL_PRIORITY:
                 self._priority_seen = now
+            elif self._priority_seen is not None and now - self._priority_seen < lease_s:
+                return (
+                    f"busy: a Spark driver coordinated this worker {now - self._priority_seen:.1f}s ago "
+                    "(the interval rounds wait topology.state.coordinator.lease.ms)"
+                )
+            elif open_idle is not None and open_idle < self.settings.batch_hold_s:
+                return _open_batch_busy(open_idle)
             lease = self._lease
             if lease is not None and lease[0] != coordinator and now - lease[1] < lease_s and lease[2] >= priority:
                 holder, since, _ = lease
@@ -440,7 +467,7 @@ class CheckpointManager:
         logger.warning("worker %s: rolled back to epoch %d (generation %d); replaying", state.slot, epoch, generation)
 
     # --- a round: PREPARE, then COMMIT ------------------------------------------------------------------
-    def _prepare(self, epoch: int, generation: int) -> Callable[[], dict[str, Any]]:
+    def _prepare(self, epoch: int, generation: int, priority: int) -> Callable[[], dict[str, Any]]:
         if generation != self.generation:
             msg = f"PREPARE for generation {generation}, but this worker is at {self.generation}: roll back first"
             raise CheckpointError(msg)
@@ -452,6 +479,11 @@ class CheckpointManager:
         self.inputs.wait_replayed(generation, lambda: self.generation, deadline)
         sealed: list[tuple[int, Callable[[], None]]] = []
         with self.gate:
+            # Under the gate, where groups are logged: a group of a Spark batch that came since the
+            # request was let in would fall on both sides of an interval round's barrier.
+            open_idle = self.inputs.open_batch_idle_s() if priority <= INTERVAL_PRIORITY else None
+            if open_idle is not None and open_idle < self.settings.batch_hold_s:
+                raise CoordinatorBusyError(_open_batch_busy(open_idle))
             if epoch > self.epoch:
                 sealed = self.inputs.seal(epoch, generation)
                 with self._cond:
