@@ -414,13 +414,18 @@ def test_when_a_spark_batch_is_left_open_past_the_hold_the_interval_rounds_commi
         epoch = run.commit(0).epoch
         lowest = run.cluster.slots.index(min(run.cluster.slots))
         seen = _checkpoint(run, lowest)["interval_stood_aside"]
+        fed = time.time()
         run.feed(1)  # and the driver is gone
         wait_until(
             lambda: min(_checkpoint(run, i).get("committed", 0) for i in range(2)) > epoch,
             what="the interval rounds committing the batch left open",
             timeout=60,
         )
-        assert _checkpoint(run, lowest)["interval_stood_aside"] >= seen + 10  # it waited the hold out first
+        cp = _checkpoint(run, lowest)
+        assert cp["interval_stood_aside"] > seen
+        # It waited the hold out first: batch 1's last group came after ``fed``. A bound on the
+        # time, not on the looks: a loaded machine (the race tier) looks fewer times per second.
+        assert cp["last_commit_at"] - fed >= 1.5, cp
         assert run.state() == expected(run.batches)
         run.feed(1)  # the query restarts from its checkpoint: batch 1 again, the same rows
         run.commit(1)
