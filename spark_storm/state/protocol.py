@@ -218,6 +218,10 @@ class Coordinator:
         Rounds to try before giving up (``topology.state.commit.retries``).
     request_timeout_s : float
         How long a quick request (STATUS, PAUSE, RESUME, COMMIT) may take.
+    stand_aside : callable, optional
+        ``stand_aside(statuses)`` -> why this coordinator must not go on, or None; asked at
+        every attempt, on the STATUS it starts with, so a retry looks again before it PAUSEs
+        anyone (the interval rounds: a Spark driver heard, or its batch open).
     """
 
     def __init__(
@@ -228,9 +232,11 @@ class Coordinator:
         retries: int,
         request_timeout_s: float = 10.0,
         priority: int = 1,
+        stand_aside: Callable[[Mapping[str, WorkerStatus]], str | None] | None = None,
     ) -> None:
         self.identity = identity
         self.priority = priority
+        self._stand_aside = stand_aside
         self._endpoints = endpoints
         self._timeout_s = timeout_s
         self._retries = max(1, retries)
@@ -307,8 +313,8 @@ class Coordinator:
         Raises
         ------
         CoordinatorBusyError
-            This coordinator ranks :data:`INTERVAL_PRIORITY` and a worker answered BUSY, at any
-            attempt: the round stands aside for a Spark driver (or a savepoint) at once.
+            This coordinator ranks :data:`INTERVAL_PRIORITY` and a worker answered BUSY, or
+            ``stand_aside`` gave a reason, at any attempt: the round stands aside at once.
         CheckpointError
             No round succeeded: ``retries`` rounds failed, or a worker stayed unreachable
             for ``timeout_s`` (the reason of the last attempt).
@@ -329,6 +335,9 @@ class Coordinator:
                 statuses = self.status()
                 if skip_if_stateless and not any(s.stateful for s in statuses.values()):
                     return RoundResult(0, None, attempt, time.monotonic() - started, False)
+                reason = None if self._stand_aside is None else self._stand_aside(statuses)
+                if reason is not None:
+                    raise CoordinatorBusyError(reason)
                 committed = max(s.committed for s in statuses.values())
                 generation = max(s.generation for s in statuses.values())
                 committed = self._roll_forward(statuses, committed, generation)

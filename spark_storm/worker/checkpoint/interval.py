@@ -84,10 +84,10 @@ class IntervalCheckpoints:
     ``topology.state.coordinator.lease.ms``, and while any worker holds a coordinated batch
     (a Spark micro-batch: BATCH_HEADER bit 0x80) that its driver has not committed, however
     slow the batch, unless no group of it came for ``topology.state.coordinator.batch.hold.ms``
-    (the driver is presumed gone; docs/design/state.md, "Who coordinates").  This loop looks
-    before each round; the workers enforce the same rule at each request of it (they answer
-    BUSY), and a PREPARE checks for an open batch where groups are logged, so a driver that
-    comes during a round, or between a retry's attempts, stops it.
+    (the driver is presumed gone; docs/design/state.md, "Who coordinates").  The round looks
+    at every attempt, on the STATUS it starts with (:meth:`driven_by`); the workers hold it to
+    the same rule at each of its requests (they answer BUSY), and a PREPARE looks for an
+    open batch where groups are logged, so a driver that comes during a round stops it.
     """
 
     def __init__(self, manager: CheckpointManager, stopping: threading.Event) -> None:
@@ -103,6 +103,7 @@ class IntervalCheckpoints:
             settings.commit_timeout_s,
             settings.retries,
             priority=INTERVAL_PRIORITY,
+            stand_aside=self.driven_by,
         )
         self.rounds = 0
         self.stood_aside = 0
@@ -124,10 +125,6 @@ class IntervalCheckpoints:
                 return f"{s.worker} holds a Spark batch its driver has not committed yet"
         return None
 
-    def _stand_aside(self) -> None:
-        self.stood_aside += 1
-        self._manager.count("interval_stood_aside")
-
     def run(self) -> None:
         """Run a round per interval while this worker has the lowest slot (the coordinator thread)."""
         state = self._manager.state
@@ -135,16 +132,14 @@ class IntervalCheckpoints:
             if state.slot != min(state.plan.slots):
                 continue
             try:
-                if self.driven_by(self._coordinator.status()) is not None:
-                    self._stand_aside()
-                    continue  # the query's commits run the rounds now
                 self._coordinator.checkpoint({})
                 self.rounds += 1
                 self._manager.count("interval_rounds")
                 self.last_error = None
-            except CoordinatorBusyError as exc:  # a driver came during the round: a worker said BUSY
+            except CoordinatorBusyError as exc:  # a Spark query drives the topology: its commits run the rounds
                 logger.debug("worker %s: interval round %s", state.slot, exc)
-                self._stand_aside()
+                self.stood_aside += 1
+                self._manager.count("interval_stood_aside")
             except StormError as exc:
                 self.last_error = str(exc)
                 logger.warning("worker %s: interval checkpoint failed: %s", state.slot, exc)
