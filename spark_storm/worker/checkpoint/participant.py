@@ -61,13 +61,6 @@ logger = logging.getLogger(__name__)
 Reply = Callable[[int, bytes], None]
 
 
-def _open_batch_busy(idle_s: float) -> str:
-    return (
-        f"busy: a Spark batch its driver has not committed is open here (its last group came {idle_s:.1f}s ago; "
-        "the interval rounds wait topology.state.coordinator.batch.hold.ms)"
-    )
-
-
 def _lost_of(conn: Any) -> int:
     """Return what a client connection counted as lost."""
     lost = conn.metrics().get("lost", 0)
@@ -273,10 +266,10 @@ class CheckpointManager:
             reply(REQUEST_FAILED, str(exc).encode())
             return
         threading.Thread(
-            target=self._run, args=(op, args, reply), name=f"spark-storm-checkpoint-{name}", daemon=True
+            target=self._run, args=(op, args, priority, reply), name=f"spark-storm-checkpoint-{name}", daemon=True
         ).start()
 
-    def _run(self, op: int, args: dict[str, Any], reply: Reply) -> None:
+    def _run(self, op: int, args: dict[str, Any], priority: int, reply: Reply) -> None:
         name = OP_NAMES[op]
         try:
             with self._requests:
@@ -287,9 +280,7 @@ class CheckpointManager:
                     self._resume(int(args["epoch"]), int(args["generation"]))
                     answer = {"ok": True}
                 elif op == PREPARE:
-                    waiter = self._prepare(
-                        int(args["epoch"]), int(args["generation"]), int(args.get("priority", INTERVAL_PRIORITY))
-                    )
+                    waiter = self._prepare(int(args["epoch"]), int(args["generation"]), priority)
                 elif op == COMMIT:
                     self._commit(
                         int(args["epoch"]), {str(q): int(b) for q, b in dict(args.get("batches") or {}).items()}
@@ -322,19 +313,13 @@ class CheckpointManager:
         COMMIT frees the lease, and a round that started before the driver came must not go on
         (a retry of it committed an epoch between the driver's commit and its next batch).
         """
+        if priority <= INTERVAL_PRIORITY and (driven := self._driven()) is not None:
+            return driven
         now = time.monotonic()
         lease_s = self.settings.lease_s
-        open_idle = self.inputs.open_batch_idle_s() if priority <= INTERVAL_PRIORITY else None
         with self._cond:
             if priority > INTERVAL_PRIORITY:
                 self._priority_seen = now
-            elif self._priority_seen is not None and now - self._priority_seen < lease_s:
-                return (
-                    f"busy: a Spark driver coordinated this worker {now - self._priority_seen:.1f}s ago "
-                    "(the interval rounds wait topology.state.coordinator.lease.ms)"
-                )
-            elif open_idle is not None and open_idle < self.settings.batch_hold_s:
-                return _open_batch_busy(open_idle)
             lease = self._lease
             if lease is not None and lease[0] != coordinator and now - lease[1] < lease_s and lease[2] >= priority:
                 holder, since, _ = lease
@@ -343,6 +328,24 @@ class CheckpointManager:
                     "topology.state.coordinator.lease.ms)"
                 )
             self._lease = (coordinator, now, priority)
+        return None
+
+    def _driven(self) -> str | None:
+        """Say why a Spark query drives this worker now (an interval round must stand aside), or None."""
+        open_idle = self.inputs.open_batch_idle_s()
+        now = time.monotonic()
+        with self._cond:
+            seen = self._priority_seen
+        if seen is not None and now - seen < self.settings.lease_s:
+            return (
+                f"busy: a Spark driver coordinated this worker {now - seen:.1f}s ago "
+                "(the interval rounds wait topology.state.coordinator.lease.ms)"
+            )
+        if open_idle is not None and open_idle < self.settings.batch_hold_s:
+            return (
+                f"busy: a Spark batch its driver has not committed is open here (its last group came "
+                f"{open_idle:.1f}s ago; the interval rounds wait topology.state.coordinator.batch.hold.ms)"
+            )
         return None
 
     def status(self) -> dict[str, Any]:
@@ -481,9 +484,8 @@ class CheckpointManager:
         with self.gate:
             # Under the gate, where groups are logged: a group of a Spark batch that came since the
             # request was let in would fall on both sides of an interval round's barrier.
-            open_idle = self.inputs.open_batch_idle_s() if priority <= INTERVAL_PRIORITY else None
-            if open_idle is not None and open_idle < self.settings.batch_hold_s:
-                raise CoordinatorBusyError(_open_batch_busy(open_idle))
+            if priority <= INTERVAL_PRIORITY and (driven := self._driven()) is not None:
+                raise CoordinatorBusyError(driven)
             if epoch > self.epoch:
                 sealed = self.inputs.seal(epoch, generation)
                 with self._cond:
