@@ -16,6 +16,7 @@ secret, if any) still runs inside the encrypted connection.
 
 from __future__ import annotations
 
+import socket
 import ssl
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from spark_storm.config import (
 )
 from spark_storm.errors import ConfigError
 
-__all__ = ["client_context", "server_context"]
+__all__ = ["client_context", "server_context", "wrap"]
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -127,3 +128,32 @@ def client_context(conf: Config) -> ssl.SSLContext | None:
     if cert is not None:
         _load_chain(ctx, conf, cert, _file(conf, TLS_KEY_FILE))
     return ctx
+
+
+def wrap(
+    ctx: ssl.SSLContext, sock: socket.socket, *, server_side: bool, server_hostname: str | None = None
+) -> ssl.SSLSocket:
+    """``ctx.wrap_socket(sock)`` that leaves no socket open when it fails.
+
+    A server side only wraps (its handshake runs in the I/O loop); a client side also
+    handshakes, bounded by the timeout set on ``sock``.  On any error ``sock`` is closed
+    and the error raised.  CPython's ``SSLSocket._create`` takes over ``sock``'s descriptor
+    and, when the peer reset the connection before the wrap (a listener closed with the
+    connection in its backlog, a client that gave up before it was accepted), raises
+    ``ConnectionResetError`` without closing the half-built ``SSLSocket``: its descriptor
+    stays open until the garbage collector finds it.  That object is the ``self`` of the
+    ``_create`` frame in the traceback; it is closed here.
+    """
+    try:
+        return ctx.wrap_socket(
+            sock, server_side=server_side, server_hostname=server_hostname, do_handshake_on_connect=not server_side
+        )
+    except (OSError, ValueError) as exc:  # ssl.SSLError and timeouts are OSErrors
+        sock.close()  # a no-op once detached
+        tb = exc.__traceback__
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            if isinstance(owner, ssl.SSLSocket):
+                owner.close()
+            tb = tb.tb_next
+        raise

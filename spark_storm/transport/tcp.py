@@ -57,7 +57,7 @@ from spark_storm.transport._base import TrackingContext
 from spark_storm.transport._client import SessionClient
 from spark_storm.transport._server import IOThreadServer, LogLimiter, warn_if_open
 from spark_storm.transport._session import ClientProtocol, PeerLimits, ServerPeer, SessionTable
-from spark_storm.transport._tls import client_context, server_context
+from spark_storm.transport._tls import client_context, server_context, wrap
 
 __all__ = ["Context"]
 
@@ -236,11 +236,17 @@ class TcpServer(IOThreadServer):
             self._admit(sock, peer)
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._bufsize)
-        if self._tls is not None:
-            sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._bufsize)
+            if self._tls is not None:
+                sock = wrap(self._tls, sock, server_side=True)
+        except OSError as exc:  # e.g. the client reset the connection before it was accepted
+            sock.close()
+            self.count("protocol_errors")
+            logger.debug("%s: dropping %s before its session began: %s", self.describe(), peer, exc)
+            return
         conn = _ServerConn(sock, peer, time.monotonic() + self._handshake_s, self._tls is not None)
         conn.proto = ServerPeer(
             self,
@@ -571,13 +577,11 @@ class TcpClient(SessionClient):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._bufsize)
         if self._tls is not None:
             try:  # blocking, bounded by the connect timeout still set on the socket
-                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+                sock = wrap(self._tls, sock, server_side=False, server_hostname=self.host)
             except ssl.SSLCertVerificationError as exc:
-                sock.close()
                 self._auth_failed(exc, f"TLS: the server's certificate was refused: {exc.verify_message or exc}")
                 return None
             except (ssl.SSLError, OSError) as exc:
-                sock.close()
                 self.last_error = f"{self._peer}: TLS handshake failed: {exc}"
                 return None
         sock.setblocking(False)
