@@ -26,6 +26,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "MAX_QUERY_ID_BYTES",
+    "MAX_SEQ",
     "PROCESSED",
     "PROTOCOL_VERSION",
     "SEQ_FRAME_SIZE",
@@ -95,6 +96,8 @@ _REQUEST: Final = struct.Struct(">qB")
 _BATCH_QUERY: Final = struct.Struct(">qiqB")
 #: Bytes a SEQ frame takes on the wire (header and body): what a session adds to every chunk it sends.
 SEQ_FRAME_SIZE: Final = HEADER_SIZE + _SEQ.size
+#: The largest sequence number: RECEIPT and OK carry one as a signed 64-bit integer.
+MAX_SEQ: Final = 2**63 - 1
 _U16: Final = struct.Struct(">H")
 
 #: Longest query id (UTF-8 bytes) the encoder writes and the decoder accepts.
@@ -503,6 +506,9 @@ def _decode_control(code: int, body: bytes) -> ControlFrame:
         first, count = _SEQ.unpack(body)
         if first < 0 or count < 0:
             msg = f"SEQ frame has negative first={first} or count={count}"
+            raise WireFormatError(msg)
+        if first > MAX_SEQ - count:  # the sequence after the run must fit a RECEIPT too
+            msg = f"SEQ frame's run first={first} count={count} passes the largest sequence number {MAX_SEQ}"
             raise WireFormatError(msg)
         return Seq(first, count)
     if code == RECEIPT:

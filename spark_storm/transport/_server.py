@@ -105,6 +105,11 @@ class IOThreadServer(ServerBase):
         out["clients"] = self.ready_clients()
         return out
 
+    def abandon(self) -> None:
+        """Give the server up when its I/O thread failed: it says CLOSED, and its context forgets it."""
+        if self.mark_closed():
+            self._context.forget(self)
+
     def close(self) -> None:
         if not self.mark_closed():
             return

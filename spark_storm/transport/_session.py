@@ -83,6 +83,7 @@ __all__ = [
     "PeerLimits",
     "ServerPeer",
     "SessionTable",
+    "server_fault",
 ]
 
 logger = logging.getLogger(__name__)
@@ -357,6 +358,11 @@ class PeerLimits:
             conf.get_int(STORM_GROUP_MAX_FRAMES, minimum=1),
             conf.get_int(STORM_GROUP_MAX_BYTES, minimum=1),
         )
+
+
+def server_fault(exc: Exception) -> str:
+    """Say what a peer is told when handling its bytes failed here: the kind of fault; its text is logged."""
+    return f"the server failed handling this connection's bytes ({type(exc).__name__}; logged there)"
 
 
 class ServerPeer:

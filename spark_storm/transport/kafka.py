@@ -52,6 +52,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from traceback import format_exc
 from typing import Any, ClassVar, TypeVar
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -120,6 +121,7 @@ from spark_storm.transport._session import (
     PeerLimits,
     ServerPeer,
     SessionTable,
+    server_fault,
 )
 
 __all__ = ["Context", "reply_topic", "topic_for"]
@@ -523,6 +525,14 @@ class KafkaServer(ServerBase):
         except (WireFormatError, AuthenticationError) as exc:
             self._forget(session)
             self._refuse(session, f"bad record at offset {record.offset}: {exc}", "protocol_errors")
+            return
+        except Exception as exc:  # a fault this client's record reached: it loses its session, not all others theirs
+            if session not in self._refused:  # logged once per client, as its refusal is
+                logger.error(
+                    "%s: record at offset %d failed: %r\n%s", self.describe(), record.offset, exc, format_exc()
+                )
+            self._forget(session)
+            self._refuse(session, f"record at offset {record.offset}: {server_fault(exc)}", "protocol_errors")
             return
         if peer.receipt_due:
             peer.receipt_due = False

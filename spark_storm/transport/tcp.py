@@ -30,6 +30,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from traceback import format_exc
 from typing import ClassVar
 
 from spark_storm.config import (
@@ -56,7 +57,7 @@ from spark_storm.messaging.wire import Close, Eob, encode_control
 from spark_storm.transport._base import TrackingContext
 from spark_storm.transport._client import SessionClient
 from spark_storm.transport._server import IOThreadServer, LogLimiter, warn_if_open
-from spark_storm.transport._session import ClientProtocol, PeerLimits, ServerPeer, SessionTable
+from spark_storm.transport._session import ClientProtocol, PeerLimits, ServerPeer, SessionTable, server_fault
 from spark_storm.transport._tls import client_context, server_context, wrap
 
 __all__ = ["Context"]
@@ -177,6 +178,7 @@ class TcpServer(IOThreadServer):
                     self._sweep(now)
         except Exception as exc:
             logger.exception("%s: I/O thread failed (%r); closing the server", self.describe(), exc)
+            self.abandon()
         finally:
             self._shutdown()
 
@@ -376,6 +378,18 @@ class TcpServer(IOThreadServer):
             return
         except WireFormatError as exc:
             self._reject(conn, exc, "protocol_errors")
+            return
+        except Exception as exc:  # a fault this peer's bytes reached: it loses its connection, not all others theirs
+            self._logs.log(
+                logging.ERROR,
+                "fault",
+                "%s: connection from %s failed: %r\n%s",
+                self.describe(),
+                conn.peer,
+                exc,
+                format_exc(),
+            )
+            self._reject(conn, WireFormatError(server_fault(exc)), "protocol_errors")
             return
         if conn.proto.closed_by_peer:
             self._drop(conn)

@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, deque
+from traceback import format_exc
 from typing import Any, ClassVar
 
 import zmq
@@ -76,6 +77,7 @@ from spark_storm.transport._session import (
     PeerLimits,
     ServerPeer,
     SessionTable,
+    server_fault,
 )
 from spark_storm.transport.curve import CurveKeys, curve_keys
 
@@ -199,6 +201,7 @@ class ZmqServer(IOThreadServer):
             pass
         except Exception as exc:
             logger.exception("%s: I/O thread failed (%r); closing the server", self.describe(), exc)
+            self.abandon()
         finally:
             for peer in self._peers.values():
                 peer.release()
@@ -275,6 +278,14 @@ class ZmqServer(IOThreadServer):
             self._forget(ident)
             told = exc.reason if isinstance(exc, AuthenticationError) else str(exc)
             self._reply(ident, ServerPeer.failure_frame(told))
+            return
+        except Exception as exc:  # a fault this peer's bytes reached: it loses its state, not all others theirs
+            self.count("protocol_errors")
+            self._logs.log(
+                logging.ERROR, "fault", "%s: message from %s failed: %r\n%s", self.describe(), label, exc, format_exc()
+            )
+            self._forget(ident)
+            self._reply(ident, ServerPeer.failure_frame(server_fault(exc)))
             return
         if peer.closed_by_peer:
             self._forget(ident)

@@ -11,8 +11,18 @@ from pathlib import Path
 import pytest
 
 from spark_storm.messaging import ConnectionStatus
+from spark_storm.messaging.wire import MAX_SEQ
 from spark_storm.transport import make_context
-from tests.hostile.attack import MiB, RssPeak, cpu_seconds, frame_header, raw_handshake, send_good, served
+from tests.hostile.attack import (
+    MiB,
+    RssPeak,
+    cpu_seconds,
+    evil_data,
+    frame_header,
+    raw_handshake,
+    send_good,
+    served,
+)
 from tests.support import wait_until
 
 pytestmark = pytest.mark.hostile
@@ -186,3 +196,24 @@ def test_a_wrong_secret_retries_at_the_backoff_rate(transport: str) -> None:
     finally:
         client_ctx.term()
         server_ctx.term()
+
+
+def test_a_seq_past_the_largest_sequence_number_is_refused_and_the_server_keeps_serving(tmp_path: Path) -> None:
+    # Before the bound, SEQ(2**63-1, 2) was delivered, and the RECEIPT of 2**63 that cannot be
+    # encoded ended the server's I/O thread: one peer closed the server for everyone.
+    with served(TCP, tmp_path) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            raw_handshake(sock)
+            sock.sendall(evil_data(MAX_SEQ, 2))
+            answer = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):
+                    answer += chunk
+        assert b"passes the largest sequence number" in answer
+        ctx = send_good(TCP, server.port, 1_000)
+        metrics = server.metrics()
+        ctx.term()
+        assert server.log_lines("I/O thread failed") == 0
+    assert metrics["good"] == 1_000
+    assert metrics["evil"] == 0, metrics
+    assert metrics["protocol_errors"] == 1, metrics

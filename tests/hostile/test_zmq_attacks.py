@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from spark_storm.messaging import ConnectionStatus
-from spark_storm.messaging.wire import Eob, encode_control
+from spark_storm.messaging.wire import MAX_SEQ, Eob, encode_control
 from spark_storm.transport import make_context
 from tests.hostile.attack import MiB, RssPeak, cpu_seconds, evil_data, good_messages, send_good, served, zmq_handshake
 from tests.support import wait_until
@@ -170,3 +170,21 @@ def test_a_big_send_is_split_under_the_message_limit() -> None:
     finally:
         cctx.term()
         sctx.term()
+
+
+def test_a_seq_past_the_largest_sequence_number_is_refused_and_the_server_keeps_serving(
+    tmp_path: Path, raw: Raw
+) -> None:
+    with served(ZMQ, tmp_path) as server:
+        attacker = raw.dealer(server.port)
+        zmq_handshake(attacker)
+        attacker.send(evil_data(MAX_SEQ, 2))
+        assert attacker.poll(10_000), "no answer to the SEQ"
+        assert b"passes the largest sequence number" in attacker.recv()
+        ctx = send_good(ZMQ, server.port, 1_000)
+        metrics = server.metrics()
+        ctx.term()
+        assert server.log_lines("I/O thread failed") == 0
+    assert metrics["good"] == 1_000
+    assert metrics["evil"] == 0, metrics
+    assert metrics["protocol_errors"] == 1, metrics

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from spark_storm.messaging import IContext, IServer, TaskMessage
+from spark_storm.messaging import ConnectionStatus, IContext, IServer, TaskMessage
 from spark_storm.messaging.wire import Hello, encode_control, encode_messages
 from spark_storm.transport import make_context
 from tests.support import wait_until
@@ -112,4 +112,23 @@ def test_zmq_server_refuses_a_garbage_peer_and_serves_the_rest() -> None:
     finally:
         dealer.close()
         raw.term()
+        ctx.term()
+
+
+@pytest.mark.parametrize("transport", ["tcp", "zmq"])
+def test_a_server_whose_io_thread_failed_says_closed(transport: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = make_context({"storm.messaging.transport": transport})
+    try:
+        server = ctx.bind("t", 0, lambda batch: None)
+        assert server.status is ConnectionStatus.READY
+
+        def broken(*args: object) -> None:
+            msg = "an injected fault in the I/O loop"
+            raise RuntimeError(msg)
+
+        # Each loop reads through this method when a peer's connection or message arrives.
+        monkeypatch.setattr(server, "_accept" if transport == "tcp" else "_read_some", broken)
+        ctx.connect("t", "127.0.0.1", server.port)
+        wait_until(lambda: server.status is ConnectionStatus.CLOSED, what="the failed server to say CLOSED")
+    finally:
         ctx.term()

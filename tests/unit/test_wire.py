@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from spark_storm.errors import WireFormatError
 from spark_storm.messaging import BackpressureStatus, MessageBatch, TaskMessage
 from spark_storm.messaging.wire import (
+    MAX_SEQ,
     Auth,
     BatchAck,
     BatchCommit,
@@ -172,6 +173,13 @@ def test_unknown_code_bad_magic_and_truncation() -> None:
     assert decoder.feed(encode_messages([TaskMessage(1, b"abcdef")])[:-2]) == []
     with pytest.raises(WireFormatError, match="truncated"):
         decoder.check_eof()
+
+
+def test_a_seq_run_must_end_within_the_largest_sequence_number() -> None:
+    assert FrameDecoder(LIMIT).feed(encode_control(Seq(MAX_SEQ - 2, 2))) == [Seq(MAX_SEQ - 2, 2)]
+    for first, count in [(MAX_SEQ - 1, 2), (MAX_SEQ, 1), (MAX_SEQ, 2**31 - 1)]:
+        with pytest.raises(WireFormatError, match=f"first={first} count={count} passes the largest sequence number"):
+            FrameDecoder(LIMIT).feed(encode_control(Seq(first, count)))
 
 
 def test_control_bodies_are_validated() -> None:
