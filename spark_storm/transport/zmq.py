@@ -129,6 +129,9 @@ class ZmqServer(IOThreadServer):
         self._sessions = SessionTable(conf.get_int(STORM_SERVER_SESSIONS_MAX, minimum=1))
         self._max_peers = conf.get_int(STORM_SERVER_MAX_CONNECTIONS, minimum=1)
         self._peers: OrderedDict[bytes, ServerPeer] = OrderedDict()
+        # Peers in their session handshake, oldest first, with their deadline (I/O thread only).
+        self._handshake_due: OrderedDict[bytes, float] = OrderedDict()
+        self._handshake_s = context.handshake_ms / 1000
         self._logs = LogLimiter(logger)
         self._allowed: frozenset[bytes] | None = None
         sock = context.zmq.socket(zmq.ROUTER)
@@ -181,7 +184,8 @@ class ZmqServer(IOThreadServer):
         try:
             while not self.closed:
                 now = time.monotonic()
-                wait = min([self._next_probe, *self._probe_at]) - now
+                self._expire_handshakes(now)
+                wait = min([self._next_probe, *self._probe_at, *self._first_handshake_due()]) - now
                 events = dict(poller.poll(max(0, min(500, int(wait * 1000) + 1))))
                 if self._waker.reader.fileno() in events:
                     self._waker.drain()
@@ -233,14 +237,18 @@ class ZmqServer(IOThreadServer):
                 now = time.monotonic()
                 self._probe_at = [now + d for d in _PROBE_DELAYS_S]
             elif kind in _HANDSHAKE_FAILED:
-                self.count("auth_failures")
+                # Without CURVE no key is checked: a peer that is not zmq, or went away, failed it.
+                curve = self._allowed is not None
+                self.count("auth_failures" if curve else "protocol_errors")
                 self._logs.log(
                     logging.WARNING,
                     "zmtp",
-                    "%s: refused a connection in the ZMTP/CURVE handshake (%s, code %s): wrong or missing key",
+                    "%s: refused a connection in the ZMTP%s handshake (%s, code %s): %s",
                     self.describe(),
+                    "/CURVE" if curve else "",
                     zmq.Event(kind).name,
                     int(event["value"]),
+                    "wrong or missing key" if curve else "not a zmq peer, or it went away",
                 )
 
     def _on_message(self, ident: bytes, frame: zmq.Frame) -> None:
@@ -265,6 +273,7 @@ class ZmqServer(IOThreadServer):
             )
             self._make_room()
             self._peers[ident] = peer
+            self._handshake_due[ident] = time.monotonic() + self._handshake_s
             self.count("accepted")
         else:
             self._peers.move_to_end(ident)
@@ -287,6 +296,8 @@ class ZmqServer(IOThreadServer):
             self._forget(ident)
             self._reply(ident, ServerPeer.failure_frame(server_fault(exc)))
             return
+        if peer.ready:
+            self._handshake_due.pop(ident, None)
         if peer.closed_by_peer:
             self._forget(ident)
         if replies:
@@ -310,9 +321,31 @@ class ZmqServer(IOThreadServer):
             self._forget(victim)
 
     def _forget(self, ident: bytes) -> None:
+        self._handshake_due.pop(ident, None)
         peer = self._peers.pop(ident, None)
         if peer is not None:
             peer.release()
+
+    def _first_handshake_due(self) -> list[float]:
+        return [next(iter(self._handshake_due.values()))] if self._handshake_due else []
+
+    def _expire_handshakes(self, now: float) -> None:
+        """Forget peers whose session handshake did not complete in time, as tcp closes them."""
+        while self._handshake_due:
+            ident, deadline = next(iter(self._handshake_due.items()))
+            if deadline > now:
+                return
+            self.count("protocol_errors")
+            self._logs.log(
+                logging.WARNING,
+                "handshake",
+                "%s: forgetting zmq peer %s: handshake not completed in time (%s)",
+                self.describe(),
+                ident.hex()[:10],
+                STORM_HANDSHAKE_TIMEOUT_MS,
+            )
+            self._forget(ident)
+            self._reply(ident, ServerPeer.failure_frame("handshake not completed in time"))
 
     def _probe_peers(self) -> None:
         """Drop the state of every peer whose connection is gone (the ROUTER no longer knows it)."""

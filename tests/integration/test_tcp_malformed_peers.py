@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from spark_storm.messaging import ConnectionStatus, IContext, IServer, TaskMessage
-from spark_storm.messaging.wire import Hello, encode_control, encode_messages
+from spark_storm.messaging.handshake import ClientHandshake, new_session_id
+from spark_storm.messaging.wire import Challenge, FrameDecoder, Hello, encode_control, encode_messages
 from spark_storm.transport import make_context
 from tests.support import wait_until
 
@@ -130,5 +132,45 @@ def test_a_server_whose_io_thread_failed_says_closed(transport: str, monkeypatch
         monkeypatch.setattr(server, "_accept" if transport == "tcp" else "_read_some", broken)
         ctx.connect("t", "127.0.0.1", server.port)
         wait_until(lambda: server.status is ConnectionStatus.CLOSED, what="the failed server to say CLOSED")
+    finally:
+        ctx.term()
+
+
+def test_a_zmq_peer_that_never_completes_its_handshake_is_forgotten_at_the_deadline() -> None:
+    import zmq
+
+    ctx = make_context({"storm.messaging.transport": "zmq", "storm.messaging.handshake.timeout.ms": 300})
+    raw = zmq.Context()
+    dealer = raw.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    try:
+        server = ctx.bind("t", 0, lambda batch: None)
+        dealer.connect(f"tcp://127.0.0.1:{server.port}")
+        dealer.send(encode_control(ClientHandshake("t", new_session_id(), None, "server").hello()))
+        decoder = FrameDecoder(1 << 20)
+        assert dealer.poll(5000)
+        assert isinstance(decoder.feed(dealer.recv())[0], Challenge)
+        started = time.monotonic()
+        assert dealer.poll(5000), "the server kept the silent peer past its handshake deadline"
+        assert b"handshake not completed in time" in dealer.recv()
+        assert time.monotonic() - started < 3.0
+        assert server.metrics()["protocol_errors"] == 1
+    finally:
+        dealer.close()
+        raw.term()
+        ctx.term()
+
+
+def test_non_zmq_peers_of_a_zmq_server_without_curve_are_protocol_errors_not_auth_failures() -> None:
+    ctx = make_context({"storm.messaging.transport": "zmq"})
+    try:
+        server = ctx.bind("t", 0, lambda batch: None)
+        linger = struct.pack("ii", 1, 0)
+        for junk in GARBAGE.values():
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+                sock.sendall(junk)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)  # an RST mid-handshake
+        wait_until(lambda: server.metrics()["protocol_errors"] >= 1, what="the ZMTP handshake failures")
+        assert server.metrics()["auth_failures"] == 0
     finally:
         ctx.term()
