@@ -149,6 +149,15 @@ def send_good(conf: dict[str, Any], port: int, n: int, timeout: float = 30.0) ->
     return ctx
 
 
+def assert_refused_once_and_serving(server: Served, conf: dict[str, Any]) -> None:
+    """The server refused one attack (and delivered none of it), and a good client is still served."""
+    ctx = send_good(conf, server.port, 1_000)
+    ctx.term()
+    metrics = server.metrics()
+    assert server.log_lines("I/O thread failed") == 0
+    assert (metrics["good"], metrics["evil"], metrics["protocol_errors"]) == (1_000, 0, 1), metrics
+
+
 def raw_handshake(sock: socket.socket, secret: bytes | None = None, topology: str = TOPOLOGY) -> bytes:
     """Complete the session handshake on a raw tcp socket as a client would; return the session id."""
     session = new_session_id()
