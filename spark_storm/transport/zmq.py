@@ -30,6 +30,7 @@ import contextlib
 import errno
 import functools
 import logging
+import math
 import os
 import random
 import tempfile
@@ -184,8 +185,8 @@ class ZmqServer(IOThreadServer):
         try:
             while not self.closed:
                 now = time.monotonic()
-                self._expire_handshakes(now)
-                wait = min([self._next_probe, *self._probe_at, *self._first_handshake_due()]) - now
+                next_due = self._expire_handshakes(now)
+                wait = min(self._next_probe, next_due, *self._probe_at) - now
                 events = dict(poller.poll(max(0, min(500, int(wait * 1000) + 1))))
                 if self._waker.reader.fileno() in events:
                     self._waker.drain()
@@ -326,15 +327,15 @@ class ZmqServer(IOThreadServer):
         if peer is not None:
             peer.release()
 
-    def _first_handshake_due(self) -> list[float]:
-        return [next(iter(self._handshake_due.values()))] if self._handshake_due else []
+    def _expire_handshakes(self, now: float) -> float:
+        """Forget peers whose session handshake did not complete in time, as tcp closes them.
 
-    def _expire_handshakes(self, now: float) -> None:
-        """Forget peers whose session handshake did not complete in time, as tcp closes them."""
+        Returns the next deadline (infinity when no peer is in its handshake).
+        """
         while self._handshake_due:
             ident, deadline = next(iter(self._handshake_due.items()))
             if deadline > now:
-                return
+                return deadline
             self.count("protocol_errors")
             self._logs.log(
                 logging.WARNING,
@@ -346,6 +347,7 @@ class ZmqServer(IOThreadServer):
             )
             self._forget(ident)
             self._reply(ident, ServerPeer.failure_frame("handshake not completed in time"))
+        return math.inf
 
     def _probe_peers(self) -> None:
         """Drop the state of every peer whose connection is gone (the ROUTER no longer knows it)."""
